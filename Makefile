@@ -1,0 +1,70 @@
+# SmartMemory site. Two commands on a fresh machine:
+#   make run    install, migrate, load the demo workspace, serve on http://127.0.0.1:8000
+#   make test   install what tests need, start the real services, run the whole suite, stop them
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test install migrate demo serve lint typecheck importlint bench bench-ingest bench-surfacing \
+	bench-evolution bench-pages services-start services-stop clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+migrate: install
+	$(PY) manage.py migrate --no-input
+
+demo: migrate
+	$(PY) manage.py load_demo
+
+serve: install
+	$(PY) manage.py collectstatic --no-input --verbosity 0
+	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) smartmemory_site.asgi:application
+
+run: demo serve
+
+test: install
+	scripts/test.sh
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+importlint: install
+	$(VENV)/bin/lint-imports
+
+services-start:
+	scripts/install_system.sh
+	scripts/services.sh start
+
+services-stop:
+	scripts/services.sh stop
+
+bench: bench-ingest bench-surfacing bench-evolution bench-pages
+
+bench-ingest: install
+	$(PY) bench/bench_ingest.py
+
+bench-surfacing: install
+	$(PY) bench/bench_surfacing.py
+
+bench-evolution: install
+	$(PY) bench/bench_evolution.py
+
+bench-pages: install
+	$(PY) bench/bench_pages.py
+
+clean:
+	rm -rf var/test-output .mypy_cache .ruff_cache

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from django.contrib import admin
+
+from evolution.models import DreamReport, EvolutionRecord, EvolutionRun, Outcome, Proposal
+
+
+@admin.register(EvolutionRun)
+class EvolutionRunAdmin(admin.ModelAdmin[EvolutionRun]):
+    list_display = ("id", "workspace", "dry_run", "status", "started_at", "finished_at")
+    list_filter = ("status", "dry_run", "workspace")
+    readonly_fields = (
+        "evolvers",
+        "dry_run",
+        "started_by",
+        "started_at",
+        "finished_at",
+        "summary",
+        "progress",
+    )
+
+
+@admin.register(EvolutionRecord)
+class EvolutionRecordAdmin(admin.ModelAdmin[EvolutionRecord]):
+    list_display = ("id", "evolver", "action", "workspace", "dry_run", "timestamp", "reverted_at")
+    list_filter = ("evolver", "action", "dry_run", "workspace")
+    search_fields = ("reason",)
+    show_full_result_count = False
+    readonly_fields = (
+        "workspace",
+        "run",
+        "evolver",
+        "action",
+        "input_ids",
+        "output_ids",
+        "reason",
+        "before",
+        "after",
+        "dry_run",
+        "actor",
+        "reverted_at",
+        "reverted_by",
+        "timestamp",
+    )
+
+    def has_add_permission(self, request: object) -> bool:
+        return False
+
+
+@admin.register(Proposal)
+class ProposalAdmin(admin.ModelAdmin[Proposal]):
+    list_display = ("title", "kind", "status", "workspace", "created_at", "decided_by", "decided_at")
+    list_filter = ("kind", "status", "workspace")
+    search_fields = ("title", "rationale")
+    readonly_fields = ("created_by", "created_at", "decided_by", "decided_at", "applied_record", "source_ids")
+
+
+@admin.register(Outcome)
+class OutcomeAdmin(admin.ModelAdmin[Outcome]):
+    list_display = ("task_type", "approach", "result", "workspace", "created_at")
+    list_filter = ("result", "workspace")
+    search_fields = ("task_type", "lesson")
+
+
+@admin.register(DreamReport)
+class DreamReportAdmin(admin.ModelAdmin[DreamReport]):
+    list_display = ("workspace", "created_at")
+    readonly_fields = ("report",)

@@ -1,0 +1,238 @@
+"""Write audited records of changes and undo them.
+
+A record stores, per touched memory, the exact prior and new values of the fields it changed
+(`before`/`after`), plus the rows it created. Reverting puts `before` back only when every field
+still holds its `after` value; otherwise a later change depends on it and the revert is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import models
+from django.db.models import F
+from django.utils import timezone
+
+from evolution.models import EvolutionRecord, EvolutionRun, RecordLink
+from memories.errors import Conflict
+from memories.models import Edge, Memory, Workspace
+
+_DATETIME_FIELDS = {f.name for f in Memory._meta.concrete_fields if isinstance(f, models.DateTimeField)} | {
+    f.name for f in Edge._meta.concrete_fields if isinstance(f, models.DateTimeField)
+}
+_UUID_FIELDS = {"summarized_by", "superseded_by"}
+_BYTES_FIELDS = {"embedding"}
+
+
+def encode_value(field: str, value: Any) -> Any:
+    """Make a model field value JSON-safe without losing precision (iso datetimes, base64 bytes)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, bytes | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    return value
+
+
+def decode_value(field: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if field in _DATETIME_FIELDS:
+        return datetime.fromisoformat(value)
+    if field in _UUID_FIELDS:
+        return uuid.UUID(value)
+    if field in _BYTES_FIELDS:
+        return base64.b64decode(value)
+    return value
+
+
+def snapshot(obj: models.Model, fields: Iterable[str]) -> dict[str, Any]:
+    return {f: encode_value(f, getattr(obj, f)) for f in fields}
+
+
+def actor_or_none(actor: AbstractBaseUser | AnonymousUser | None) -> Any:
+    return actor if actor is not None and actor.is_authenticated else None
+
+
+def record_build(
+    *,
+    workspace: Workspace,
+    evolver: str,
+    action: str,
+    reason: str,
+    input_ids: Sequence[Any] = (),
+    output_ids: Sequence[Any] = (),
+    before: Mapping[str, Any] | None = None,
+    after: Mapping[str, Any] | None = None,
+    run: EvolutionRun | None = None,
+    dry_run: bool = False,
+    actor: AbstractBaseUser | AnonymousUser | None = None,
+    now: datetime | None = None,
+) -> EvolutionRecord:
+    """Build (not save) a record; pair with records_save to write many in two queries."""
+    return EvolutionRecord(
+        workspace=workspace,
+        run=run,
+        evolver=evolver,
+        action=action,
+        reason=reason,
+        input_ids=[str(i) for i in input_ids],
+        output_ids=[str(i) for i in output_ids],
+        before=dict(before or {}),
+        after=dict(after or {}),
+        dry_run=dry_run,
+        actor=actor_or_none(actor),
+        timestamp=now or timezone.now(),
+    )
+
+
+def records_save(records: Sequence[EvolutionRecord], *, batch_size: int = 500) -> list[EvolutionRecord]:
+    """Insert records and their memory links in batches (ids are needed for the links)."""
+    if not records:
+        return []
+    saved = EvolutionRecord.objects.bulk_create(records, batch_size=batch_size)
+    if any(r.pk is None for r in saved):
+        # Backends without RETURNING on bulk insert: fall back to one insert per record.
+        saved = []
+        for r in records:
+            r.save()
+            saved.append(r)
+    links: list[RecordLink] = []
+    for record in saved:
+        ids = {str(i) for i in record.input_ids} | {str(i) for i in record.output_ids}
+        for key in record.before:
+            if _is_uuid(key):
+                ids.add(key)
+        for mid in ids:
+            if _is_uuid(mid):
+                links.append(RecordLink(record=record, memory_id=uuid.UUID(mid)))
+    RecordLink.objects.bulk_create(links, batch_size=2000)
+    return saved
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def memory_changes(memory: Memory, changes: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return (before, after) JSON snapshots of just the fields that `changes` alters."""
+    before: dict[str, Any] = {}
+    after: dict[str, Any] = {}
+    for name, value in changes.items():
+        old = getattr(memory, name)
+        if old != value:
+            before[name] = encode_value(name, old)
+            after[name] = encode_value(name, value)
+    return before, after
+
+
+# Keys of before/after that are not memory ids.
+CREATED_MEMORIES = "created_memories"
+CREATED_EDGES = "created_edges"
+EDGE_CHANGES = "edges"
+DELETED = "deleted"
+
+
+def record_revert_plan(record: EvolutionRecord) -> None:
+    """Raise Conflict when the record cannot be reverted exactly; otherwise return quietly."""
+    if record.dry_run:
+        raise Conflict(f"record {record.pk} is a dry run; there is nothing to revert", code="dry_run")
+    if record.reverted_at is not None:
+        raise Conflict(f"record {record.pk} was already reverted", code="already_reverted")
+    if record.action == "delete":
+        raise Conflict(
+            f"record {record.pk} is a hard delete; the deleted content is kept in this record for "
+            "reference but deleted rows are not recreated",
+            code="not_revertible",
+        )
+    memory_fields = {k: v for k, v in record.after.items() if _is_uuid(k)}
+    if memory_fields:
+        current = Memory.objects.filter(workspace=record.workspace, id__in=list(memory_fields)).in_bulk()
+        for mid, fields in memory_fields.items():
+            memory = current.get(uuid.UUID(mid))
+            if memory is None:
+                raise Conflict(f"memory {mid} no longer exists", code="revert_conflict")
+            for name, value in fields.items():
+                if encode_value(name, getattr(memory, name)) != value:
+                    raise Conflict(
+                        f"memory {mid} field {name} changed after record {record.pk}; revert the later "
+                        "change first",
+                        code="revert_conflict",
+                    )
+    created = record.after.get(CREATED_MEMORIES, [])
+    if created:
+        later = (
+            RecordLink.objects.filter(memory_id__in=created, record__gt=record.pk)
+            .exclude(record__reverted_at__isnull=False)
+            .exclude(record__dry_run=True)
+            .values_list("record_id", flat=True)
+            .first()
+        )
+        if later is not None:
+            raise Conflict(
+                f"record {later} changed a memory this record created; revert it first",
+                code="revert_conflict",
+            )
+    edge_changes = record.after.get(EDGE_CHANGES, {})
+    if edge_changes:
+        edges = Edge.objects.filter(
+            workspace=record.workspace, id__in=[int(k) for k in edge_changes]
+        ).in_bulk()
+        for eid, fields in edge_changes.items():
+            edge = edges.get(int(eid))
+            if edge is None:
+                raise Conflict(f"edge {eid} no longer exists", code="revert_conflict")
+            for name, value in fields.items():
+                if encode_value(name, getattr(edge, name)) != value:
+                    raise Conflict(f"edge {eid} field {name} changed later", code="revert_conflict")
+
+
+def record_apply_revert(record: EvolutionRecord) -> dict[str, Any]:
+    """Put the record's `before` values back. Caller holds the transaction and checked the plan."""
+    now = timezone.now()
+    restored: dict[str, Any] = {}
+    memory_fields = {k: v for k, v in record.before.items() if _is_uuid(k)}
+    if memory_fields:
+        memories = Memory.objects.filter(workspace=record.workspace, id__in=list(memory_fields)).in_bulk()
+        by_fields: dict[tuple[str, ...], list[Memory]] = {}
+        for mid, fields in memory_fields.items():
+            memory = memories[uuid.UUID(mid)]
+            for name, value in fields.items():
+                setattr(memory, name, decode_value(name, value))
+            by_fields.setdefault(tuple(sorted(fields)), []).append(memory)
+            restored[mid] = record.after.get(mid, {})
+        for names, group in by_fields.items():
+            Memory.objects.bulk_update(group, list(names), batch_size=500)
+    edge_before = record.before.get(EDGE_CHANGES, {})
+    if edge_before:
+        edges = Edge.objects.filter(
+            workspace=record.workspace, id__in=[int(k) for k in edge_before]
+        ).in_bulk()
+        for eid, fields in edge_before.items():
+            edge = edges[int(eid)]
+            for name, value in fields.items():
+                setattr(edge, name, decode_value(name, value))
+            edge.save(update_fields=list(fields))
+    created_edges = record.after.get(CREATED_EDGES, [])
+    if created_edges:
+        Edge.objects.filter(workspace=record.workspace, id__in=created_edges).delete()
+    created = record.after.get(CREATED_MEMORIES, [])
+    if created:
+        Memory.objects.filter(workspace=record.workspace, id__in=created).delete()
+    if created_edges or created:
+        # Cached graph snapshots key on this counter.
+        Workspace.objects.filter(pk=record.workspace_id).update(graph_generation=F("graph_generation") + 1)
+    record.reverted_at = now
+    return restored

@@ -1,0 +1,231 @@
+"""REST adapters for workspaces, memories, edges and conversations: parse, authorize, call, render."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from memories import inputs, selectors, serializers, services
+from memories.algorithms.activation import BOOST_DIRECT
+from memories.errors import InvalidInput
+from memories.models import RetrievalSource
+from memories.signalbus import retrieval_signals
+
+ERRORS = {400: serializers.ErrorOut, 403: serializers.ErrorOut, 404: serializers.ErrorOut}
+
+
+def _bool_param(request: Request, name: str) -> bool | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    if raw.lower() in {"1", "true", "yes"}:
+        return True
+    if raw.lower() in {"0", "false", "no"}:
+        return False
+    raise InvalidInput(f"{name}: expected true or false", field=name)
+
+
+def filters_from_query(params: Any) -> selectors.MemoryFilters:
+    """Read list filters from query parameters (shared by the API and the memory browser)."""
+
+    def bool_or_none(name: str) -> bool | None:
+        raw = params.get(name)
+        if raw in (None, ""):
+            return None
+        if str(raw).lower() in {"1", "true", "yes", "on"}:
+            return True
+        if str(raw).lower() in {"0", "false", "no", "off"}:
+            return False
+        raise InvalidInput(f"{name}: expected true or false", field=name)
+
+    compression = params.get("compression_tier") or None
+    compression_value: int | None = None
+    if compression is not None:
+        from memories.models import CompressionTier
+
+        names = {label.lower(): value for value, label in CompressionTier.choices}
+        key = str(compression).lower()
+        if key.isdigit() and int(key) in CompressionTier.values:
+            compression_value = int(key)
+        elif key in names:
+            compression_value = names[key]
+        else:
+            raise InvalidInput(
+                f"compression_tier: {compression!r} is not one of {', '.join(names)}",
+                field="compression_tier",
+            )
+    from memories.models import MemoryType, Status, Tier
+
+    for name, allowed in (("type", MemoryType.values), ("status", Status.values), ("tier", Tier.values)):
+        value = params.get(name) or ""
+        if value and value not in allowed:
+            raise InvalidInput(f"{name}: {value!r} is not one of {', '.join(allowed)}", field=name)
+    return selectors.MemoryFilters(
+        memory_type=params.get("type") or "",
+        status=params.get("status") or "",
+        tier=params.get("tier") or "",
+        compression_tier=compression_value,
+        origin=params.get("origin") or "",
+        pinned=bool_or_none("pinned"),
+        has_conflicts=bool_or_none("has_conflicts"),
+        created_after=inputs.parse_when(params.get("created_after"), "created_after"),
+        created_before=inputs.parse_when(params.get("created_before"), "created_before"),
+        q=(params.get("q") or "").strip(),
+        tags=tuple(t for t in (params.getlist("tag") if hasattr(params, "getlist") else []) if t),
+    )
+
+
+class WorkspaceListCreateApi(APIView):
+    @extend_schema(responses={200: serializers.WorkspaceOut(many=True)})
+    def get(self, request: Request) -> Response:
+        rows = selectors.workspace_list_for_user(user=request.user)
+        return Response({"results": [serializers.workspace_json(a.workspace, a.role) for a in rows]})
+
+    @extend_schema(request=serializers.WorkspaceIn, responses={201: serializers.WorkspaceOut, **ERRORS})
+    def post(self, request: Request) -> Response:
+        data = serializers.WorkspaceIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        workspace = services.workspace_create(
+            owner=request.user,  # type: ignore[arg-type]
+            slug=data.validated_data["slug"],
+            name=data.validated_data["name"],
+        )
+        return Response(serializers.workspace_json(workspace, "owner"), status=status.HTTP_201_CREATED)
+
+
+class MemoryListCreateApi(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("type", str),
+            OpenApiParameter("status", str),
+            OpenApiParameter("tier", str),
+            OpenApiParameter("q", str),
+            OpenApiParameter("ordering", str),
+            OpenApiParameter("cursor", str),
+            OpenApiParameter("limit", int),
+        ],
+        responses={200: serializers.MemoryPageOut, **ERRORS},
+    )
+    def get(self, request: Request, ws: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws)
+        try:
+            limit = int(request.query_params.get("limit", "50"))
+        except ValueError:
+            raise InvalidInput("limit: expected an integer", field="limit") from None
+        page = selectors.memory_list(
+            workspace=access.workspace,
+            filters=filters_from_query(request.query_params),
+            ordering=request.query_params.get("ordering") or selectors.DEFAULT_ORDERING,
+            cursor=request.query_params.get("cursor") or None,
+            limit=limit,
+        )
+        now = timezone.now()
+        return Response(
+            {
+                "results": [
+                    serializers.memory_json(m, now, workspace=access.workspace) for m in page.results
+                ],
+                "next": page.next_cursor,
+            }
+        )
+
+    @extend_schema(request=serializers.MemoryIn, responses={201: serializers.MemoryOut, **ERRORS})
+    def post(self, request: Request, ws: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        item = inputs.memory_input(request.data)
+        memory = services.memory_create(workspace=access.workspace, actor=request.user, item=item)
+        return Response(
+            serializers.memory_json(memory, timezone.now(), workspace=access.workspace),
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class MemoryDetailApi(APIView):
+    @extend_schema(responses={200: serializers.MemoryOut, **ERRORS})
+    def get(self, request: Request, ws: str, memory_id: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws)
+        memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
+        # A direct retrieval: the memory is being used, so it warms up (+0.05, applied at flush).
+        retrieval_signals(
+            workspace_id=access.workspace.pk,
+            memory_ids=[memory.id],
+            source=RetrievalSource.GET,
+            delta=BOOST_DIRECT,
+        )
+        return Response(serializers.memory_json(memory, timezone.now(), workspace=access.workspace))
+
+    @extend_schema(request=serializers.MemoryIn, responses={200: serializers.MemoryOut, **ERRORS})
+    def patch(self, request: Request, ws: str, memory_id: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
+        changes = inputs.memory_patch_input(request.data)
+        memory = services.memory_update(
+            workspace=access.workspace, memory=memory, actor=request.user, changes=changes
+        )
+        return Response(serializers.memory_json(memory, timezone.now(), workspace=access.workspace))
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("confirm", bool, description="true deletes for good; otherwise archives")
+        ],
+        responses={200: serializers.MemoryOut, 204: None, **ERRORS},
+    )
+    def delete(self, request: Request, ws: str, memory_id: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
+        if _bool_param(request, "confirm"):
+            services.memory_delete_hard(workspace=access.workspace, memory=memory, actor=request.user)
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        memory = services.memory_archive(workspace=access.workspace, memory=memory, actor=request.user)
+        return Response(serializers.memory_json(memory, timezone.now(), workspace=access.workspace))
+
+
+class MemoryBulkCreateApi(APIView):
+    @extend_schema(request=serializers.BulkIn, responses={201: serializers.IdsOut, **ERRORS})
+    def post(self, request: Request, ws: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        items = inputs.bulk_input(request.data)
+        memories = services.memories_create(workspace=access.workspace, actor=request.user, items=items)
+        return Response({"ids": [str(m.id) for m in memories]}, status=status.HTTP_201_CREATED)
+
+
+class ConversationIngestApi(APIView):
+    @extend_schema(request=serializers.ConversationIn, responses={201: serializers.IdsOut, **ERRORS})
+    def post(self, request: Request, ws: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        sessions = inputs.conversation_input(request.data)
+        ids = services.conversation_ingest(workspace=access.workspace, actor=request.user, sessions=sessions)
+        return Response({"ids": [str(i) for i in ids]}, status=status.HTTP_201_CREATED)
+
+
+class EdgeCreateApi(APIView):
+    @extend_schema(request=serializers.EdgeIn, responses={201: serializers.EdgeOut, **ERRORS})
+    def post(self, request: Request, ws: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        data = request.data if isinstance(request.data, dict) else {}
+        for name in ("source", "target", "type"):
+            if name not in data:
+                raise InvalidInput(f"{name}: this field is required", field=name)
+        edge_type = inputs.edge_type_input(data.get("type"))
+        weight = inputs.weight_input(data.get("weight"))
+        source = selectors.memory_get(workspace=access.workspace, memory_id=data["source"], field="source")
+        target = selectors.memory_get(workspace=access.workspace, memory_id=data["target"], field="target")
+        edge = services.edge_link(
+            workspace=access.workspace, source=source, target=target, edge_type=edge_type, weight=weight
+        )
+        return Response(serializers.edge_json(edge), status=status.HTTP_201_CREATED)
+
+
+class MemoryEdgesApi(APIView):
+    @extend_schema(responses={200: serializers.EdgeOut(many=True), **ERRORS})
+    def get(self, request: Request, ws: str, memory_id: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws)
+        memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
+        edges = selectors.edges_of_memory(workspace=access.workspace, memory=memory)
+        return Response({"results": [serializers.edge_json(e) for e in edges]})

@@ -1,0 +1,35 @@
+"""Publish live events to WebSocket groups (after the writing transaction committed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+
+def activation_group(workspace_id: int) -> str:
+    return f"ws.{workspace_id}.activation"
+
+
+def workspace_group(workspace_id: int) -> str:
+    return f"ws.{workspace_id}.events"
+
+
+def group_send(group: str, message: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is not None:
+        async_to_sync(layer.group_send)(group, message)
+
+
+def activation_changed(changed: dict[int, list[tuple[str, float]]]) -> None:
+    """Tell every page watching a workspace which memories' stored activation moved."""
+    for workspace_id, items in changed.items():
+        group_send(
+            activation_group(workspace_id),
+            {"type": "activation.changed", "items": [[mid, score] for mid, score in items]},
+        )
+
+
+def workspace_event(workspace_id: int, event: str, payload: dict[str, Any]) -> None:
+    group_send(workspace_group(workspace_id), {"type": "workspace.event", "event": event, "payload": payload})

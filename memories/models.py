@@ -1,0 +1,276 @@
+"""Workspaces, memories, edges and retrieval events: the stored shape of an agent's memory."""
+
+from __future__ import annotations
+
+import uuid
+from typing import ClassVar
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+
+
+class Role(models.TextChoices):
+    OWNER = "owner", "Owner"
+    EDITOR = "editor", "Editor"
+    VIEWER = "viewer", "Viewer"
+
+
+class MemoryType(models.TextChoices):
+    WORKING = "working"
+    EPISODIC = "episodic"
+    SEMANTIC = "semantic"
+    PROCEDURAL = "procedural"
+    ZETTEL = "zettel"
+    OPINION = "opinion"
+    OBSERVATION = "observation"
+    DECISION = "decision"
+    ANCHOR = "anchor"
+    GOAL = "goal"
+    EVENT = "event"
+    OUTCOME = "outcome"
+    FINDING = "finding"
+    FACT = "fact"
+    PREFERENCE = "preference"
+    STATE = "state"
+    CORRECTION = "correction"
+    REFLECTION = "reflection"
+    STRATEGY = "strategy"
+    ENTITY = "entity"
+    SESSION = "session"
+
+
+class Status(models.TextChoices):
+    ACTIVE = "active"
+    ARCHIVED = "archived"
+    FORGOTTEN = "forgotten"
+    SUPERSEDED = "superseded"
+    # Goals only.
+    RESOLVED = "resolved"
+    ABANDONED = "abandoned"
+
+
+class Tier(models.TextChoices):
+    HOT = "hot"
+    WARM = "warm"
+    COLD = "cold"
+
+
+class CompressionTier(models.IntegerChoices):
+    FULL = 0
+    SUMMARY = 1
+    SKELETON = 2
+    TOMBSTONE = 3
+    FORGOTTEN = 4
+
+
+class EdgeType(models.TextChoices):
+    RELATED = "RELATED"
+    RELATES_TO = "RELATES_TO"
+    MENTIONS = "MENTIONS"
+    MENTIONED_IN = "MENTIONED_IN"
+    PART_OF = "PART_OF"
+    FOLLOWS = "FOLLOWS"
+    ANSWERED_BY = "ANSWERED_BY"
+    DERIVED_FROM = "DERIVED_FROM"
+    CO_RETRIEVED = "CO_RETRIEVED"
+    CONTRADICTS = "CONTRADICTS"
+    SUPERSEDES = "SUPERSEDES"
+    SUMMARIZES = "SUMMARIZES"
+    RESOLVES = "RESOLVES"
+    LINKS_TO = "LINKS_TO"
+
+
+class RetrievalSource(models.TextChoices):
+    SEARCH = "search"
+    GET = "get"
+    CONTEXT = "context"
+    INSPECTOR = "inspector"
+    HELPFUL = "helpful"
+
+
+class Workspace(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+    # Overrides on top of the seed defaults; validated by surfacing/evolution settings services.
+    surfacing_settings = models.JSONField(default=dict, blank=True)
+    evolution_settings = models.JSONField(default=dict, blank=True)
+    # Bumped on every edge write so cached graph snapshots know they are stale.
+    graph_generation = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering: ClassVar = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    def get_absolute_url(self) -> str:
+        return reverse("memories:list", kwargs={"ws": self.slug})
+
+
+class Membership(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=8, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["workspace", "user"], name="membership_unique_user"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}@{self.workspace_id}:{self.role}"
+
+    @property
+    def can_edit(self) -> bool:
+        return self.role in (Role.OWNER, Role.EDITOR)
+
+
+class Memory(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memories")
+    memory_type = models.CharField(max_length=16, choices=MemoryType.choices, default=MemoryType.SEMANTIC)
+    content = models.TextField()
+    subject = models.CharField(max_length=200, blank=True, default="")
+    tags = models.JSONField(default=list, blank=True)
+    # "user:<name>", "api:<token user>", "import:<source>", "evolver:<Name>", "engine:<module>".
+    origin = models.CharField(max_length=120, default="api:")
+    # 1 = authored by a person (user:, cli:, api:, import:); 2 = derived by an evolver; 3 = engine proposal.
+    origin_tier = models.PositiveSmallIntegerField(default=1)
+    confidence = models.FloatField(default=1.0)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.ACTIVE)
+    tier = models.CharField(max_length=4, choices=Tier.choices, default=Tier.WARM)
+    compression_tier = models.PositiveSmallIntegerField(
+        choices=CompressionTier.choices, default=CompressionTier.FULL
+    )
+    # Every compression step keeps the previous content: [{"tier": int, "content": str, "at": iso}].
+    snapshots = models.JSONField(default=list, blank=True)
+    pinned = models.BooleanField(default=False)
+
+    activation_score = models.FloatField(default=0.5)
+    activation_last_boost_at = models.DateTimeField(null=True, blank=True)
+    activation_half_life_hours = models.FloatField(default=720.0)
+    activation_boost_count = models.PositiveIntegerField(default=0)
+    # ln(score) + ln2 * hours_since_epoch(last_boost) / half_life: ordering by it equals ordering by the
+    # decayed activation at any instant when half-lives are equal, so "activation now" is indexable.
+    activation_sort_key = models.FloatField(default=0.0)
+
+    retention_score = models.FloatField(default=1.0)
+    stability = models.FloatField(default=30.0)
+    access_count = models.PositiveIntegerField(default=0)
+    last_accessed = models.DateTimeField(null=True, blank=True)
+    retrieval_profile = models.JSONField(default=dict, blank=True)
+
+    conflicts_with = models.JSONField(default=list, blank=True)
+    replace_log = models.JSONField(default=list, blank=True)
+    replace_count = models.PositiveIntegerField(default=0)
+    version = models.PositiveIntegerField(default=1)
+    drift_flags = models.JSONField(default=list, blank=True)
+    summarizes = models.JSONField(default=list, blank=True)
+    summarized_by = models.UUIDField(null=True, blank=True)
+    superseded_by = models.UUIDField(null=True, blank=True)
+
+    # float32 little-endian vector from the configured Embedder; see memories.embeddings.
+    embedding = models.BinaryField(null=True, blank=True)
+
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    valid_from = models.DateTimeField(null=True, blank=True)
+    valid_to = models.DateTimeField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        verbose_name_plural = "memories"
+        indexes: ClassVar = [
+            # Memory list default order and keyset pagination: WHERE workspace ORDER BY created_at, id.
+            models.Index(fields=["workspace", "created_at", "id"], name="mem_ws_created"),
+            # fast:recency candidates and "recently changed" sweeps: ORDER BY updated_at DESC.
+            models.Index(fields=["workspace", "updated_at"], name="mem_ws_updated"),
+            # Conflict slots (workspace, type, subject) for write-time policies and SummaryEvolver groups.
+            models.Index(fields=["workspace", "memory_type", "subject"], name="mem_ws_type_subject"),
+            # Memory list sorted by activation now (see activation_sort_key).
+            models.Index(fields=["workspace", "activation_sort_key"], name="mem_ws_actkey"),
+            # Memory list sorted by last access and by retention.
+            models.Index(fields=["workspace", "last_accessed"], name="mem_ws_accessed"),
+            models.Index(fields=["workspace", "retention_score"], name="mem_ws_retention"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.memory_type}: {self.content[:60]}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("memories:detail", kwargs={"ws": self.workspace.slug, "memory_id": self.id})
+
+    @property
+    def is_user_authored(self) -> bool:
+        return self.origin_tier == 1
+
+
+class Edge(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="edges")
+    source = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="out_edges", db_index=False)
+    target = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="in_edges")
+    edge_type = models.CharField(max_length=24, default=EdgeType.RELATED)
+    weight = models.FloatField(default=1.0)
+    co_retrieval_count = models.PositiveIntegerField(default=0)
+    first_co_retrieved_at = models.DateTimeField(null=True, blank=True)
+    last_co_retrieved_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            # Also serves "edges out of a memory" lookups (leading column source).
+            models.UniqueConstraint(fields=["source", "target", "edge_type"], name="edge_unique_triple"),
+        ]
+        indexes: ClassVar = [
+            # Graph snapshot load and Hebbian selection: WHERE workspace [AND edge_type].
+            models.Index(fields=["workspace", "edge_type"], name="edge_ws_type"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_id} -{self.edge_type}-> {self.target_id}"
+
+
+class RetrievalEvent(models.Model):
+    """One item of one result set handed to a caller: the input of profiles and CO_RETRIEVED counts."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="retrieval_events")
+    memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="retrieval_events")
+    result_set = models.UUIDField()
+    rank = models.PositiveSmallIntegerField()
+    source = models.CharField(max_length=12, choices=RetrievalSource.choices)
+    query = models.CharField(max_length=500, blank=True, default="")
+    session_id = models.CharField(max_length=128, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes: ClassVar = [
+            # Retrieval profiles and Hebbian pairs read a workspace's recent events.
+            models.Index(fields=["workspace", "created_at"], name="ret_ws_created"),
+            # Per-memory retrieval history on the detail page.
+            models.Index(fields=["memory", "created_at"], name="ret_mem_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source} #{self.rank} {self.memory_id}"
+
+
+class AuditEntry(models.Model):
+    """Actions of people that are not evolution records (hard deletes, token creation)."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="audit_entries")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    action = models.CharField(max_length=32)
+    object_id = models.CharField(max_length=64, blank=True, default="")
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes: ClassVar = [models.Index(fields=["workspace", "created_at"], name="audit_ws_created")]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.object_id}"

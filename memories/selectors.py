@@ -1,0 +1,306 @@
+"""Reads of workspaces, memories and edges, always scoped to a workspace the caller belongs to."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import connection
+from django.db.models import F, Q, QuerySet
+from django.db.models.expressions import RawSQL
+
+from memories.algorithms.fts import fts5_expression, query_terms, tsquery_expression
+from memories.errors import Forbidden, InvalidInput, NotFound
+from memories.models import Edge, Membership, Memory, Role, Workspace
+
+Access = Literal["view", "edit", "own"]
+_ROLES_FOR: dict[Access, tuple[str, ...]] = {
+    "view": (Role.OWNER, Role.EDITOR, Role.VIEWER),
+    "edit": (Role.OWNER, Role.EDITOR),
+    "own": (Role.OWNER,),
+}
+
+
+@dataclass(frozen=True)
+class WorkspaceAccess:
+    workspace: Workspace
+    role: str
+
+    @property
+    def can_edit(self) -> bool:
+        return self.role in _ROLES_FOR["edit"]
+
+    @property
+    def is_owner(self) -> bool:
+        return self.role == Role.OWNER
+
+
+def workspace_access(
+    *, user: AbstractBaseUser | AnonymousUser, slug: str, require: Access = "view"
+) -> WorkspaceAccess:
+    """Return the workspace and the user's role; a non-member gets NotFound, never a hint it exists."""
+    if not user.is_authenticated:
+        raise NotFound(f"workspace {slug!r} not found", field="workspace")
+    membership = (
+        Membership.objects.select_related("workspace")
+        .filter(user_id=user.pk, workspace__slug=slug)
+        .only("role", "workspace")
+        .first()
+    )
+    if membership is None:
+        raise NotFound(f"workspace {slug!r} not found", field="workspace")
+    if membership.role not in _ROLES_FOR[require]:
+        raise Forbidden(
+            f"your role in workspace {slug!r} is {membership.role}; this needs "
+            + " or ".join(_ROLES_FOR[require]),
+            field="workspace",
+        )
+    return WorkspaceAccess(workspace=membership.workspace, role=membership.role)
+
+
+def workspace_list_for_user(*, user: AbstractBaseUser | AnonymousUser) -> list[WorkspaceAccess]:
+    if not user.is_authenticated:
+        return []
+    memberships = Membership.objects.filter(user_id=user.pk).select_related("workspace")
+    return [
+        WorkspaceAccess(workspace=m.workspace, role=m.role) for m in memberships.order_by("workspace__slug")
+    ]
+
+
+def parse_memory_id(value: object, *, field: str = "id") -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except (ValueError, TypeError, AttributeError):
+        raise InvalidInput(f"{field}: {value!r} is not a memory id (a UUID)", field=field) from None
+
+
+def memory_get(*, workspace: Workspace, memory_id: object, field: str = "id") -> Memory:
+    """Return one memory of `workspace`; an id of another workspace is NotFound like a missing one."""
+    mid = parse_memory_id(memory_id, field=field)
+    memory = Memory.objects.filter(workspace=workspace, id=mid).first()
+    if memory is None:
+        raise NotFound(f"{field}: no memory {mid} in workspace {workspace.slug!r}", field=field)
+    return memory
+
+
+def memories_by_ids(*, workspace: Workspace, ids: Sequence[uuid.UUID | str]) -> dict[uuid.UUID, Memory]:
+    found: dict[uuid.UUID, Memory] = {}
+    id_list = list(ids)
+    for start in range(0, len(id_list), 900):
+        chunk = id_list[start : start + 900]
+        for memory in Memory.objects.filter(workspace=workspace, id__in=chunk):
+            found[memory.id] = memory
+    return found
+
+
+# -- full-text search ---------------------------------------------------------------------------
+
+
+def lexical_search(
+    *, workspace: Workspace, query: str, limit: int, statuses: Sequence[str] | None = ("active",)
+) -> list[tuple[uuid.UUID, float]]:
+    """Return up to `limit` (memory id, score) pairs best first, score higher-is-better (BM25).
+
+    SQLite ranks with FTS5's bm25() (negated, since FTS5 returns smaller-is-better); PostgreSQL ranks
+    with ts_rank_cd over the GIN-indexed tsvector, which is not BM25 but orders the same way for
+    short documents. Scores are raw: normalise per query before fusing them with other signals.
+    """
+    terms = query_terms(query)
+    if not terms or limit <= 0:
+        return []
+    status_sql = ""
+    params: list[Any] = []
+    if connection.vendor == "sqlite":
+        sql = (
+            "SELECT f.memory_id, -bm25(memories_fts) AS score FROM memories_fts f "
+            "JOIN memories_memory m ON m.id = f.memory_id "
+            "WHERE memories_fts MATCH %s AND f.workspace_id = %s{status} "
+            "ORDER BY bm25(memories_fts) LIMIT %s"
+        )
+        params = [fts5_expression(terms), workspace.pk]
+    else:
+        sql = (
+            "SELECT m.id, ts_rank_cd(to_tsvector('english', m.content), q, 32) AS score "
+            "FROM memories_memory m, to_tsquery('english', %s) q "
+            "WHERE m.workspace_id = %s AND to_tsvector('english', m.content) @@ q{status} "
+            "ORDER BY score DESC LIMIT %s"
+        )
+        expr = tsquery_expression(terms)
+        if not expr:
+            return []
+        params = [expr, workspace.pk]
+    if statuses:
+        status_sql = " AND m.status IN (" + ",".join(["%s"] * len(statuses)) + ")"
+        params.extend(statuses)
+    params.append(limit)
+    with connection.cursor() as cursor:
+        cursor.execute(sql.format(status=status_sql), params)
+        rows = cursor.fetchall()
+    return [(r[0] if isinstance(r[0], uuid.UUID) else uuid.UUID(r[0]), float(r[1])) for r in rows]
+
+
+def _fts_filter(workspace: Workspace, query: str) -> Q:
+    terms = query_terms(query)
+    if not terms:
+        return Q()
+    if connection.vendor == "sqlite":
+        raw = RawSQL(
+            "SELECT memory_id FROM memories_fts WHERE memories_fts MATCH %s AND workspace_id = %s",
+            (fts5_expression(terms), workspace.pk),
+        )
+    else:
+        raw = RawSQL(
+            "SELECT id FROM memories_memory WHERE workspace_id = %s "
+            "AND to_tsvector('english', content) @@ to_tsquery('english', %s)",
+            (workspace.pk, tsquery_expression(terms)),
+        )
+    return Q(id__in=raw)
+
+
+# -- listing with keyset pagination ---------------------------------------------------------------
+
+ORDERINGS: dict[str, tuple[str, bool]] = {
+    # name: (column, descending)
+    "created": ("created_at", False),
+    "-created": ("created_at", True),
+    "updated": ("updated_at", False),
+    "-updated": ("updated_at", True),
+    "activation": ("activation_sort_key", False),
+    "-activation": ("activation_sort_key", True),
+    "retention": ("retention_score", False),
+    "-retention": ("retention_score", True),
+    "accessed": ("last_accessed", False),
+    "-accessed": ("last_accessed", True),
+}
+DEFAULT_ORDERING = "-created"
+
+
+@dataclass(frozen=True)
+class MemoryFilters:
+    memory_type: str = ""
+    status: str = ""
+    tier: str = ""
+    compression_tier: int | None = None
+    origin: str = ""
+    pinned: bool | None = None
+    has_conflicts: bool | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    q: str = ""
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class MemoryPage:
+    results: list[Memory]
+    next_cursor: str | None
+
+
+def encode_cursor(value: Any, memory_id: uuid.UUID) -> str:
+    if isinstance(value, datetime):
+        value = {"dt": value.isoformat()}
+    raw = json.dumps([value, memory_id.hex], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[Any, uuid.UUID]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        value, mid = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        if isinstance(value, dict) and "dt" in value:
+            value = datetime.fromisoformat(value["dt"])
+        return value, uuid.UUID(mid)
+    except (ValueError, TypeError, KeyError):
+        raise InvalidInput("cursor: not a cursor returned by this list", field="cursor") from None
+
+
+def memory_queryset(*, workspace: Workspace, filters: MemoryFilters) -> QuerySet[Memory]:
+    qs = Memory.objects.filter(workspace=workspace)
+    if filters.memory_type:
+        qs = qs.filter(memory_type=filters.memory_type)
+    if filters.status:
+        qs = qs.filter(status=filters.status)
+    if filters.tier:
+        qs = qs.filter(tier=filters.tier)
+    if filters.compression_tier is not None:
+        qs = qs.filter(compression_tier=filters.compression_tier)
+    if filters.origin:
+        qs = qs.filter(origin__startswith=filters.origin)
+    if filters.pinned is not None:
+        qs = qs.filter(pinned=filters.pinned)
+    if filters.has_conflicts is not None:
+        qs = qs.exclude(conflicts_with=[]) if filters.has_conflicts else qs.filter(conflicts_with=[])
+    if filters.created_after is not None:
+        qs = qs.filter(created_at__gte=filters.created_after)
+    if filters.created_before is not None:
+        qs = qs.filter(created_at__lt=filters.created_before)
+    for tag in filters.tags:
+        qs = (
+            qs.filter(tags__contains=[tag])
+            if connection.vendor == "postgresql"
+            else qs.filter(tags__icontains=json.dumps(tag))
+        )
+    if filters.q:
+        qs = qs.filter(_fts_filter(workspace, filters.q))
+    return qs
+
+
+def memory_list(
+    *,
+    workspace: Workspace,
+    filters: MemoryFilters,
+    ordering: str = DEFAULT_ORDERING,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> MemoryPage:
+    """Return one page ordered by `ordering` then id; the cursor is the last row's (value, id).
+
+    Keyset pagination keeps every page an index range scan, so page 1,000 costs what page 1 does.
+    Rows whose sort column is NULL (never accessed) sort last in both directions and are paged by id.
+    """
+    if ordering not in ORDERINGS:
+        raise InvalidInput(
+            f"ordering: {ordering!r} is not one of {', '.join(sorted(ORDERINGS))}", field="ordering"
+        )
+    if not 1 <= limit <= 500:
+        raise InvalidInput("limit: must be between 1 and 500", field="limit")
+    column, desc = ORDERINGS[ordering]
+    op = "lt" if desc else "gt"
+    nullable = column == "last_accessed"
+    qs = memory_queryset(workspace=workspace, filters=filters)
+    if cursor:
+        value, last_id = decode_cursor(cursor)
+        if value is None:
+            # Already inside the NULL tail: page it by id alone.
+            qs = qs.filter(**{f"{column}__isnull": True, f"id__{op}": last_id})
+        else:
+            after = Q(**{f"{column}__{op}": value}) | Q(**{column: value, f"id__{op}": last_id})
+            if nullable:
+                after |= Q(**{f"{column}__isnull": True})
+            qs = qs.filter(after)
+    primary = F(column).desc(nulls_last=True) if desc else F(column).asc(nulls_last=True)
+    qs = qs.order_by(primary, "-id" if desc else "id")
+    rows = list(qs.defer("embedding", "snapshots")[: limit + 1])
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        last = rows[-1]
+        next_cursor = encode_cursor(getattr(last, column), last.id)
+    return MemoryPage(results=rows, next_cursor=next_cursor)
+
+
+def edges_of_memory(*, workspace: Workspace, memory: Memory) -> list[Edge]:
+    """Edges touching `memory` in both directions, neighbours loaded in the same query."""
+    return list(
+        Edge.objects.filter(workspace=workspace)
+        .filter(Q(source=memory) | Q(target=memory))
+        .select_related("source", "target")
+        .defer("source__embedding", "target__embedding", "source__snapshots", "target__snapshots")
+        .order_by("edge_type", "-weight", "id")
+    )

@@ -1,0 +1,198 @@
+"""JSON shapes of the REST contract (plain functions for speed; DRF serializers document them)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from rest_framework import serializers
+
+from memories.algorithms.activation import decayed_activation
+from memories.models import Edge, Memory, Workspace
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+def memory_json(memory: Memory, now: datetime, *, workspace: Workspace) -> dict[str, Any]:
+    """The contract's memory object; activation.score is the stored value decayed to `now`."""
+    return {
+        "id": str(memory.id),
+        "workspace": workspace.slug,
+        "content": memory.content,
+        "memory_type": memory.memory_type,
+        "subject": memory.subject,
+        "tags": memory.tags,
+        "origin": memory.origin,
+        "origin_tier": memory.origin_tier,
+        "confidence": memory.confidence,
+        "status": memory.status,
+        "tier": memory.tier,
+        "compression_tier": memory.get_compression_tier_display(),
+        "pinned": memory.pinned,
+        "activation": {
+            "score": decayed_activation(
+                memory.activation_score,
+                memory.activation_last_boost_at,
+                memory.activation_half_life_hours,
+                now,
+            ),
+            "stored": memory.activation_score,
+            "last_boost_at": _iso(memory.activation_last_boost_at),
+            "half_life_hours": memory.activation_half_life_hours,
+            "boost_count": memory.activation_boost_count,
+        },
+        "retention_score": memory.retention_score,
+        "stability": memory.stability,
+        "access_count": memory.access_count,
+        "last_accessed": _iso(memory.last_accessed),
+        "created_at": _iso(memory.created_at),
+        "updated_at": _iso(memory.updated_at),
+        "valid_from": _iso(memory.valid_from),
+        "valid_to": _iso(memory.valid_to),
+        "conflicts_with": memory.conflicts_with,
+        "replace_log": memory.replace_log,
+        "replace_count": memory.replace_count,
+        "version": memory.version,
+        "drift_flags": memory.drift_flags,
+        "summarizes": memory.summarizes,
+        "summarized_by": str(memory.summarized_by) if memory.summarized_by else None,
+        "superseded_by": str(memory.superseded_by) if memory.superseded_by else None,
+        "retrieval_profile": memory.retrieval_profile,
+        "metadata": memory.metadata,
+    }
+
+
+def edge_json(edge: Edge) -> dict[str, Any]:
+    return {
+        "id": edge.pk,
+        "source": str(edge.source_id),
+        "target": str(edge.target_id),
+        "type": edge.edge_type,
+        "weight": edge.weight,
+        "co_retrieval_count": edge.co_retrieval_count,
+        "first_co_retrieved_at": _iso(edge.first_co_retrieved_at),
+        "last_co_retrieved_at": _iso(edge.last_co_retrieved_at),
+        "created_at": _iso(edge.created_at),
+    }
+
+
+def workspace_json(workspace: Workspace, role: str | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {"id": workspace.pk, "slug": workspace.slug, "name": workspace.name}
+    if role is not None:
+        data["role"] = role
+    return data
+
+
+# -- schema documentation (drf-spectacular) -------------------------------------------------------
+
+
+class ActivationOut(serializers.Serializer[Any]):
+    score = serializers.FloatField(help_text="stored score decayed to now")
+    stored = serializers.FloatField()
+    last_boost_at = serializers.DateTimeField(allow_null=True)
+    half_life_hours = serializers.FloatField()
+    boost_count = serializers.IntegerField()
+
+
+class MemoryOut(serializers.Serializer[Any]):
+    id = serializers.UUIDField()
+    workspace = serializers.CharField()
+    content = serializers.CharField()
+    memory_type = serializers.CharField()
+    subject = serializers.CharField()
+    tags = serializers.ListField(child=serializers.CharField())
+    origin = serializers.CharField()
+    origin_tier = serializers.IntegerField()
+    confidence = serializers.FloatField()
+    status = serializers.CharField()
+    tier = serializers.CharField()
+    compression_tier = serializers.CharField()
+    pinned = serializers.BooleanField()
+    activation = ActivationOut()
+    retention_score = serializers.FloatField()
+    access_count = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    conflicts_with = serializers.ListField(child=serializers.CharField())
+    replace_log = serializers.ListField(child=serializers.CharField())
+    replace_count = serializers.IntegerField()
+    drift_flags = serializers.ListField(child=serializers.JSONField())
+    summarizes = serializers.ListField(child=serializers.CharField())
+    summarized_by = serializers.UUIDField(allow_null=True)
+    metadata = serializers.JSONField()
+
+
+class MemoryIn(serializers.Serializer[Any]):
+    content = serializers.CharField()
+    memory_type = serializers.CharField(required=False)
+    subject = serializers.CharField(required=False)
+    tags = serializers.ListField(child=serializers.CharField(), required=False)
+    origin = serializers.CharField(required=False)
+    confidence = serializers.FloatField(required=False)
+    tier = serializers.CharField(required=False)
+    created_at = serializers.DateTimeField(required=False)
+    metadata = serializers.JSONField(required=False)
+
+
+class MemoryPageOut(serializers.Serializer[Any]):
+    results = MemoryOut(many=True)
+    next = serializers.CharField(allow_null=True)
+
+
+class BulkIn(serializers.Serializer[Any]):
+    items = MemoryIn(many=True)
+
+
+class IdsOut(serializers.Serializer[Any]):
+    ids = serializers.ListField(child=serializers.UUIDField())
+
+
+class TurnIn(serializers.Serializer[Any]):
+    speaker = serializers.CharField()
+    text = serializers.CharField()
+    ref = serializers.CharField(required=False)
+
+
+class SessionIn(serializers.Serializer[Any]):
+    started_at = serializers.DateTimeField()
+    turns = TurnIn(many=True)
+
+
+class ConversationIn(serializers.Serializer[Any]):
+    sessions = SessionIn(many=True)
+
+
+class EdgeIn(serializers.Serializer[Any]):
+    source = serializers.UUIDField()
+    target = serializers.UUIDField()
+    type = serializers.CharField()
+    weight = serializers.FloatField(required=False)
+
+
+class EdgeOut(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    source = serializers.UUIDField()
+    target = serializers.UUIDField()
+    type = serializers.CharField()
+    weight = serializers.FloatField()
+    co_retrieval_count = serializers.IntegerField()
+
+
+class WorkspaceIn(serializers.Serializer[Any]):
+    slug = serializers.SlugField(max_length=64)
+    name = serializers.CharField(max_length=200)
+
+
+class WorkspaceOut(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    slug = serializers.SlugField()
+    name = serializers.CharField()
+    role = serializers.CharField(required=False)
+
+
+class ErrorOut(serializers.Serializer[Any]):
+    error = serializers.CharField()
+    detail = serializers.JSONField()
+    field = serializers.CharField(required=False)

@@ -1,0 +1,168 @@
+"""Read and validate the environment-driven configuration.
+
+Every setting the product reads from the environment is parsed here so that a wrong value fails at
+start with a message naming the variable, instead of surfacing later as an obscure runtime error.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+EMBEDDER_CHOICES = ("hashing", "model2vec")
+GRAPH_BACKENDS = ("sql", "neo4j")
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    engine: str
+    settings: dict[str, object]
+
+
+def _fail(variable: str, value: str, expected: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(f"{variable}={value!r} is not valid: expected {expected}.")
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default).strip()
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise _fail(name, raw, "one of 1/0, true/false, yes/no, on/off")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _fail(name, raw, "an integer") from None
+    if minimum is not None and value < minimum:
+        raise _fail(name, raw, f"an integer >= {minimum}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def database_from_env(base_dir: Path) -> dict[str, object]:
+    """Return Django's DATABASES["default"] for DATABASE_URL (SQLite file in var/ when unset)."""
+    raw = env_str("DATABASE_URL")
+    if not raw:
+        path = base_dir / "var" / "smartmemory.sqlite3"
+        return _sqlite(str(path))
+    parts = urlsplit(raw)
+    scheme = parts.scheme.lower()
+    if scheme == "sqlite":
+        # sqlite:///relative/path or sqlite:////absolute/path, as dj-database-url reads it.
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        if not path or path == ":memory:":
+            return _sqlite(":memory:")
+        return _sqlite(path)
+    if scheme in {"postgres", "postgresql", "pgsql"}:
+        if not parts.hostname or not parts.path.strip("/"):
+            raise _fail("DATABASE_URL", raw, "postgres://USER[:PASSWORD]@HOST[:PORT]/NAME")
+        try:
+            port = parts.port
+        except ValueError:
+            raise _fail("DATABASE_URL", raw, "a numeric port") from None
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": parts.path.strip("/"),
+            "USER": parts.username or "",
+            "PASSWORD": parts.password or "",
+            "HOST": parts.hostname,
+            "PORT": str(port or 5432),
+            "CONN_MAX_AGE": 60,
+            "CONN_HEALTH_CHECKS": True,
+        }
+    raise _fail("DATABASE_URL", raw, "a sqlite:/// or postgres:// URL")
+
+
+def _sqlite(path: str) -> dict[str, object]:
+    if path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": path,
+        "OPTIONS": {
+            # WAL lets the page server read while the flush thread writes; IMMEDIATE avoids the
+            # "database is locked" upgrade deadlock between two writers.
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": (
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
+                "PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY; PRAGMA mmap_size=268435456;"
+            ),
+        },
+        "TEST": {"NAME": None},
+    }
+
+
+def redis_url_from_env() -> str:
+    raw = env_str("REDIS_URL")
+    if not raw:
+        return ""
+    parts = urlsplit(raw)
+    if parts.scheme not in {"redis", "rediss", "unix"} or (parts.scheme != "unix" and not parts.hostname):
+        raise _fail("REDIS_URL", raw, "redis://HOST:PORT/DB")
+    return raw
+
+
+def neo4j_uri_from_env() -> str:
+    raw = env_str("NEO4J_URI")
+    if not raw:
+        return ""
+    parts = urlsplit(raw)
+    if parts.scheme not in {"bolt", "neo4j", "bolt+s", "neo4j+s"} or not parts.hostname:
+        raise _fail("NEO4J_URI", raw, "bolt://HOST:PORT")
+    return raw
+
+
+def embedder_from_env() -> str:
+    raw = env_str("EMBEDDER", "hashing")
+    kind = raw.split(":", 1)[0]
+    if kind not in EMBEDDER_CHOICES:
+        raise _fail("EMBEDDER", raw, "hashing, hashing:<dim>, model2vec or model2vec:<path>")
+    if kind == "hashing" and ":" in raw:
+        dim = raw.split(":", 1)[1]
+        if not dim.isdigit() or not 16 <= int(dim) <= 4096:
+            raise _fail("EMBEDDER", raw, "hashing:<dim> with 16 <= dim <= 4096")
+    return raw
+
+
+def llm_base_url_from_env() -> str:
+    raw = env_str("LLM_BASE_URL")
+    if not raw:
+        return ""
+    parts = urlsplit(raw)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise _fail("LLM_BASE_URL", raw, "an http(s):// URL of an OpenAI-compatible API")
+    return raw.rstrip("/")
+
+
+def graph_backend_from_env(neo4j_uri: str) -> str:
+    raw = env_str("GRAPH_BACKEND", "neo4j" if neo4j_uri else "sql")
+    if raw not in GRAPH_BACKENDS:
+        raise _fail("GRAPH_BACKEND", raw, " or ".join(GRAPH_BACKENDS))
+    if raw == "neo4j" and not neo4j_uri:
+        raise _fail("GRAPH_BACKEND", raw, "sql, or neo4j together with NEO4J_URI")
+    return raw

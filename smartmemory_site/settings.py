@@ -1,0 +1,152 @@
+"""Settings for SmartMemory site: one file, driven by the environment.
+
+Embedded defaults (SQLite, in-process signal bus, database pins, in-memory channel layer, hashing
+embeddings, extractive LLM) run everything from one command; DATABASE_URL, REDIS_URL, NEO4J_URI,
+EMBEDDER and LLM_BASE_URL switch each piece to its at-scale engine. See README.md for the table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import django_stubs_ext
+
+from smartmemory_site import config
+
+# Lets admin/queryset generics such as ModelAdmin[Memory] be subscripted at runtime.
+django_stubs_ext.monkeypatch()
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = config.env_bool("DJANGO_DEBUG", False)
+SECRET_KEY = (
+    config.env_str("DJANGO_SECRET_KEY") or "dev-only-insecure-key-set-DJANGO_SECRET_KEY-in-production"
+)
+ALLOWED_HOSTS = config.env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = config.env_list(
+    "DJANGO_CSRF_TRUSTED_ORIGINS", ["http://127.0.0.1:8000", "http://localhost:8000"]
+)
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "django_htmx",
+    "template_partials",
+    "channels",
+    "memories",
+    "surfacing",
+    "evolution",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "smartmemory_site.urls"
+ASGI_APPLICATION = "smartmemory_site.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "memories.context_processors.navigation",
+            ],
+        },
+    }
+]
+
+DATABASES = {"default": config.database_from_env(BASE_DIR)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "memories:home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "var" / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+# Serve straight from the app/static directories too, so a fresh checkout works before collectstatic.
+WHITENOISE_USE_FINDERS = True
+
+REDIS_URL = config.redis_url_from_env()
+NEO4J_URI = config.neo4j_uri_from_env()
+NEO4J_USER = config.env_str("NEO4J_USER")
+NEO4J_PASSWORD = config.env_str("NEO4J_PASSWORD")
+GRAPH_BACKEND = config.graph_backend_from_env(NEO4J_URI)
+EMBEDDER = config.embedder_from_env()
+LLM_BASE_URL = config.llm_base_url_from_env()
+LLM_API_KEY = config.env_str("LLM_API_KEY")
+LLM_MODEL = config.env_str("LLM_MODEL", "gpt-4o-mini")
+LLM_TIMEOUT_SECONDS = config.env_int("LLM_TIMEOUT_SECONDS", 30, minimum=1)
+
+# Boosts are queued and written in batches; the seed flushes every 5 s.
+SIGNAL_FLUSH_SECONDS = config.env_int("SIGNAL_FLUSH_SECONDS", 5, minimum=1)
+# The in-process flusher thread is started by the ASGI server; tests flush explicitly.
+SIGNAL_BACKGROUND_FLUSH = config.env_bool("SIGNAL_BACKGROUND_FLUSH", True)
+SESSION_PIN_TTL_SECONDS = config.env_int("SESSION_PIN_TTL_SECONDS", 24 * 3600, minimum=1)
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "memories.api_errors.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "SmartMemory site API",
+    "DESCRIPTION": "Long-term memory for AI agents: memories, surfacing, evolution.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": config.env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "INFO"}},
+}

@@ -1,0 +1,97 @@
+"""Shared fixtures: users, workspaces with roles, token-authenticated API clients, a fresh signal bus."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from memories import services
+from memories.inputs import MemoryInput
+from memories.models import Memory, Role, Workspace
+from memories.signalbus import LocalSignalBus, set_signal_bus
+
+
+@pytest.fixture(autouse=True)
+def fresh_signal_bus() -> Iterator[LocalSignalBus]:
+    """Each test gets its own in-process bus; tests flush it explicitly instead of a thread."""
+    bus = LocalSignalBus(interval=3600)
+    set_signal_bus(bus)
+    yield bus
+    set_signal_bus(None)
+
+
+@pytest.fixture
+def make_user(db: None) -> Callable[..., Any]:
+    def make(username: str = "alice") -> Any:
+        return get_user_model().objects.create_user(username=username, password="pw-" + username)
+
+    return make
+
+
+@pytest.fixture
+def user(make_user: Callable[..., Any]) -> Any:
+    return make_user("alice")
+
+
+@pytest.fixture
+def workspace(user: Any) -> Workspace:
+    return services.workspace_create(owner=user, slug="acme", name="Acme")
+
+
+@pytest.fixture
+def other_workspace(make_user: Callable[..., Any]) -> Workspace:
+    stranger = make_user("mallory")
+    return services.workspace_create(owner=stranger, slug="other", name="Other")
+
+
+@pytest.fixture
+def client_for() -> Callable[[Any], APIClient]:
+    def make(u: Any) -> APIClient:
+        client = APIClient()
+        token, _ = Token.objects.get_or_create(user=u)
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        return client
+
+    return make
+
+
+@pytest.fixture
+def api(user: Any, client_for: Callable[[Any], APIClient]) -> APIClient:
+    return client_for(user)
+
+
+@pytest.fixture
+def member(workspace: Workspace, make_user: Callable[..., Any]) -> Callable[[str], Any]:
+    """Add a user with `role` to the workspace and return them."""
+
+    def make(role: str) -> Any:
+        u = make_user(f"{role}-user")
+        services.membership_set(workspace=workspace, user=u, role=role)
+        return u
+
+    return make
+
+
+@pytest.fixture
+def viewer(member: Callable[[str], Any]) -> Any:
+    return member(Role.VIEWER)
+
+
+@pytest.fixture
+def make_memory(workspace: Workspace, user: Any) -> Callable[..., Memory]:
+    def make(content: str = "a memory", ws: Workspace | None = None, **fields: Any) -> Memory:
+        return services.memory_create(
+            workspace=ws or workspace, actor=user, item=MemoryInput(content=content, **fields)
+        )
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
