@@ -131,7 +131,8 @@ class Membership(models.Model):
 
 class Memory(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memories")
+    # No single-column index: every composite index below leads with workspace.
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memories", db_index=False)
     memory_type = models.CharField(max_length=16, choices=MemoryType.choices, default=MemoryType.SEMANTIC)
     content = models.TextField()
     subject = models.CharField(max_length=200, blank=True, default="")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -11,17 +12,20 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
+from rest_framework.authtoken.models import Token
 
 from evolution import audit
-from evolution.models import Action
+from evolution.models import Action, EvolutionRecord
 from memories.algorithms.embedding import to_bytes
 from memories.algorithms.entities import extract_entities
 from memories.algorithms.sortkey import activation_sort_key
+from memories.bulk import bulk_insert
 from memories.embeddings import default_embedder
-from memories.errors import Conflict, InvalidInput
+from memories.errors import Conflict, InvalidInput, NotFound
 from memories.inputs import EDITABLE_FIELDS, MemoryInput, SessionInput, origin_tier
 from memories.models import (
     AuditEntry,
+    CompressionTier,
     Edge,
     EdgeType,
     Membership,
@@ -66,9 +70,7 @@ def workspace_create(*, owner: AbstractBaseUser, slug: str, name: str) -> Worksp
 def membership_set(*, workspace: Workspace, user: AbstractBaseUser, role: str) -> Membership:
     if role not in Role.values:
         raise InvalidInput(f"role: {role!r} is not one of {', '.join(Role.values)}", field="role")
-    membership, _ = Membership.objects.update_or_create(
-        workspace=workspace, user=user, defaults={"role": role}
-    )
+    membership, _ = Membership.objects.update_or_create(workspace=workspace, user=user, defaults={"role": role})
     return membership
 
 
@@ -80,33 +82,56 @@ def graph_touch(*, workspace: Workspace) -> None:
 # -- memories -------------------------------------------------------------------------------------
 
 
+_MEMORY_FIELDS = [f for f in Memory._meta.concrete_fields]
+_MEMORY_ATTNAMES = [f.attname for f in _MEMORY_FIELDS]
+
+
+# Constant defaults are computed once; only callable ones (list, dict, now) run per memory, and
+# every one of those is overwritten below except the JSON containers.
+_STATIC_DEFAULTS = {
+    f.attname: (f.default if f.has_default() and not callable(f.default) else None) for f in _MEMORY_FIELDS
+}
+_CONTAINER_DEFAULTS = [(f.attname, f.default) for f in _MEMORY_FIELDS if f.default in (list, dict)]
+
+
+def _memory_defaults() -> dict[str, Any]:
+    values = dict(_STATIC_DEFAULTS)
+    for name, factory in _CONTAINER_DEFAULTS:
+        values[name] = factory()
+    return values
+
+
 def _build_memory(workspace: Workspace, item: MemoryInput, origin: str, now: datetime) -> Memory:
+    """Build an unsaved Memory quickly (positional construction skips per-kwarg descriptor work)."""
     created = item.created_at or now
-    # New memories start decaying from their creation: activation is a measure of recent use.
-    memory = Memory(
+    values = _memory_defaults()
+    final_origin = item.origin or origin
+    values.update(
         id=uuid.uuid4(),
-        workspace=workspace,
+        workspace_id=workspace.pk,
         memory_type=item.memory_type,
         content=item.content,
         subject=item.subject,
         tags=list(item.tags),
-        origin=item.origin or origin,
+        origin=final_origin,
+        origin_tier=origin_tier(final_origin),
         confidence=item.confidence,
         status=item.status,
         tier=item.tier,
         pinned=item.pinned,
+        # New memories start decaying from their creation: activation measures recent use.
         activation_last_boost_at=created,
         created_at=created,
         updated_at=created,
-        last_accessed=None,
         valid_from=item.valid_from,
         valid_to=item.valid_to,
         metadata=dict(item.metadata),
     )
-    memory.origin_tier = origin_tier(memory.origin)
-    memory.activation_sort_key = activation_sort_key(
-        memory.activation_score, memory.activation_last_boost_at, memory.activation_half_life_hours
+    values["activation_sort_key"] = activation_sort_key(
+        values["activation_score"], created, values["activation_half_life_hours"]
     )
+    memory = Memory(*[values[name] for name in _MEMORY_ATTNAMES])
+    memory.workspace = workspace
     return memory
 
 
@@ -120,7 +145,7 @@ def _embed_into(memories: Sequence[Memory]) -> None:
 
 def _insert(memories: list[Memory], now: datetime) -> None:
     _embed_into(memories)
-    Memory.objects.bulk_create(memories, batch_size=BULK_BATCH)
+    bulk_insert(Memory, memories)
     if memories and _write_policies:
         workspace = memories[0].workspace
         for policy in _write_policies:
@@ -140,16 +165,12 @@ def memories_create(
     return memories
 
 
-def memory_create(
-    *, workspace: Workspace, actor: User | None, item: MemoryInput, channel: str = "api"
-) -> Memory:
+def memory_create(*, workspace: Workspace, actor: User | None, item: MemoryInput, channel: str = "api") -> Memory:
     return memories_create(workspace=workspace, actor=actor, items=[item], channel=channel)[0]
 
 
 @transaction.atomic
-def memory_update(
-    *, workspace: Workspace, memory: Memory, actor: User | None, changes: dict[str, Any]
-) -> Memory:
+def memory_update(*, workspace: Workspace, memory: Memory, actor: User | None, changes: dict[str, Any]) -> Memory:
     """Apply a person's edit; an edited content becomes theirs (origin tier 1) and is re-embedded."""
     unknown = sorted(set(changes) - EDITABLE_FIELDS)
     if unknown:
@@ -159,9 +180,7 @@ def memory_update(
     if (
         "status" in changes
         and changes["status"] not in (Status.ACTIVE, Status.ARCHIVED)
-        and not (
-            memory.memory_type == MemoryType.GOAL and changes["status"] in (Status.RESOLVED, Status.ABANDONED)
-        )
+        and not (memory.memory_type == MemoryType.GOAL and changes["status"] in (Status.RESOLVED, Status.ABANDONED))
     ):
         raise InvalidInput(f"status: {changes['status']!r} cannot be set by hand here", field="status")
     if "content" in changes and changes["content"] != memory.content:
@@ -260,9 +279,7 @@ def memory_delete_hard(*, workspace: Workspace, memory: Memory, actor: User | No
 
 
 @transaction.atomic
-def edge_link(
-    *, workspace: Workspace, source: Memory, target: Memory, edge_type: str, weight: float = 1.0
-) -> Edge:
+def edge_link(*, workspace: Workspace, source: Memory, target: Memory, edge_type: str, weight: float = 1.0) -> Edge:
     if source.workspace_id != workspace.pk or target.workspace_id != workspace.pk:
         raise InvalidInput("source and target must belong to this workspace", field="target")
     if source.pk == target.pk:
@@ -400,3 +417,231 @@ def conversation_ingest(
     )
     edges_bulk_link(workspace=workspace, edges=edges)
     return turn_ids
+
+
+# -- memory browser: bulk curation, rehydrate, revert, API tokens ---------------------------------
+
+BULK_MAX = 500
+BULK_ACTIONS: dict[str, str] = {
+    # name: the field it changes
+    "archive": "status",
+    "restore": "status",
+    "pin": "pinned",
+    "unpin": "pinned",
+    "set_type": "memory_type",
+    "add_tag": "tags",
+}
+TAG_MAX_LENGTH = 64
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What a bulk action did: `record` is None when every selected memory already had the value."""
+
+    action: str
+    selected: int
+    changed: int
+    record: EvolutionRecord | None
+
+
+def _bulk_new_value(memory: Memory, action: str, value: str) -> Any:
+    if action == "archive":
+        return Status.ARCHIVED if memory.status != Status.ARCHIVED else memory.status
+    if action == "restore":
+        # Only archived memories come back; superseded or forgotten ones keep their lifecycle state.
+        return Status.ACTIVE if memory.status == Status.ARCHIVED else memory.status
+    if action in ("pin", "unpin"):
+        return action == "pin"
+    if action == "set_type":
+        return value
+    tags = list(memory.tags)
+    return tags if value in tags else [*tags, value]
+
+
+def _bulk_value(action: str, value: str) -> str:
+    if action not in BULK_ACTIONS:
+        raise InvalidInput(f"action: {action!r} is not one of {', '.join(BULK_ACTIONS)}", field="action")
+    value = value.strip()
+    if action == "set_type" and value not in MemoryType.values:
+        raise InvalidInput(f"value: {value!r} is not a memory type", field="value")
+    if action == "add_tag" and not 1 <= len(value) <= TAG_MAX_LENGTH:
+        raise InvalidInput(f"value: a tag is 1 to {TAG_MAX_LENGTH} characters", field="value")
+    return value
+
+
+@transaction.atomic
+def memories_bulk_action(
+    *, workspace: Workspace, actor: User | None, ids: Sequence[uuid.UUID], action: str, value: str = ""
+) -> BulkResult:
+    """Apply one curation action to many memories as ONE evolution record (so one revert undoes it).
+
+    All or nothing: an id outside the workspace fails the whole action. Memories that already hold
+    the target value are left out of the record, so reverting never touches what the action did not.
+    """
+    value = _bulk_value(action, value)
+    unique = list(dict.fromkeys(ids))
+    if not unique:
+        raise InvalidInput("ids: select at least one memory", field="ids")
+    if len(unique) > BULK_MAX:
+        raise InvalidInput(f"ids: at most {BULK_MAX} memories per bulk action", field="ids")
+    field_name = BULK_ACTIONS[action]
+    rows = (
+        Memory.objects.select_for_update()
+        .filter(workspace=workspace, id__in=unique)
+        .only("id", "workspace_id", "status", "pinned", "memory_type", "tags", "updated_at")
+    )
+    found = {m.id: m for m in rows}
+    missing = [str(i) for i in unique if i not in found]
+    if missing:
+        raise NotFound(f"ids: no memory {missing[0]} in workspace {workspace.slug!r}", field="ids")
+    now = timezone.now()
+    before: dict[str, Any] = {}
+    after: dict[str, Any] = {}
+    changed: list[Memory] = []
+    for mid in unique:
+        memory = found[mid]
+        new = _bulk_new_value(memory, action, value)
+        old = getattr(memory, field_name)
+        if new == old:
+            continue
+        before[str(mid)] = {
+            field_name: audit.encode_value(field_name, old),
+            "updated_at": audit.encode_value("updated_at", memory.updated_at),
+        }
+        after[str(mid)] = {
+            field_name: audit.encode_value(field_name, new),
+            "updated_at": audit.encode_value("updated_at", now),
+        }
+        setattr(memory, field_name, new)
+        memory.updated_at = now
+        changed.append(memory)
+    if not changed:
+        return BulkResult(action=action, selected=len(unique), changed=0, record=None)
+    Memory.objects.bulk_update(changed, [field_name, "updated_at"], batch_size=BULK_BATCH)
+    record_action = {"archive": Action.ARCHIVE, "restore": Action.RESTORE}.get(action, Action.UPDATE)
+    described = f"{action} {value}".strip()
+    (record,) = audit.records_save(
+        [
+            audit.record_build(
+                workspace=workspace,
+                evolver="user",
+                action=record_action,
+                reason=f"bulk {described} of {len(changed)} memories by {default_origin(actor, 'user')}",
+                input_ids=[m.id for m in changed],
+                output_ids=[m.id for m in changed],
+                before=before,
+                after=after,
+                actor=actor,
+                now=now,
+            )
+        ]
+    )
+    return BulkResult(action=action, selected=len(unique), changed=len(changed), record=record)
+
+
+@transaction.atomic
+def memory_rehydrate(*, workspace: Workspace, memory: Memory, actor: User | None) -> Memory:
+    """Put a compressed memory's FULL content back from its snapshots, as one revertible record.
+
+    The snapshots are cleared with it (they describe compressions that no longer apply); the record
+    keeps them, so reverting the rehydrate restores the compressed state exactly.
+    """
+    if memory.compression_tier == CompressionTier.FULL:
+        raise Conflict(f"memory {memory.id} is not compressed", code="not_compressed")
+    full = next(
+        (s for s in memory.snapshots if isinstance(s, dict) and s.get("tier") == CompressionTier.FULL),
+        None,
+    )
+    if full is None or not isinstance(full.get("content"), str):
+        raise Conflict(
+            f"memory {memory.id} kept no snapshot of its full content; it cannot be rehydrated",
+            code="no_snapshot",
+        )
+    now = timezone.now()
+    changes: dict[str, Any] = {
+        "content": full["content"],
+        "compression_tier": CompressionTier.FULL,
+        "snapshots": [],
+        "updated_at": now,
+    }
+    before, after = audit.memory_changes(memory, changes)
+    for name, value in changes.items():
+        setattr(memory, name, value)
+    memory.embedding = to_bytes(default_embedder().embed([memory.content])[0])
+    memory.save(update_fields=[*changes, "embedding"])
+    audit.records_save(
+        [
+            audit.record_build(
+                workspace=workspace,
+                evolver="user",
+                action=Action.REHYDRATE,
+                reason=f"rehydrated to full content by {default_origin(actor, 'user')}",
+                input_ids=[memory.id],
+                output_ids=[memory.id],
+                before={str(memory.id): before},
+                after={str(memory.id): after},
+                actor=actor,
+                now=now,
+            )
+        ]
+    )
+    return memory
+
+
+def api_token_ensure(*, user: AbstractBaseUser, workspace: Workspace) -> str:
+    """Return the user's API token, creating it (audited in `workspace`) the first time it is asked for."""
+    with transaction.atomic():
+        token, created = Token.objects.get_or_create(user=user)
+        if created:
+            AuditEntry.objects.create(
+                workspace=workspace,
+                actor=audit.actor_or_none(user),
+                action="token.create",
+                object_id=str(user.pk),
+                detail={},
+            )
+    return str(token.key)
+
+
+@transaction.atomic
+def memory_record_revert(*, workspace: Workspace, record_id: int, actor: User | None) -> EvolutionRecord:
+    """Undo one evolution record of `workspace` and write the undo as a record of its own.
+
+    The undo record swaps the memory fields of the original's before/after, so it can itself be
+    reverted (redo). Raises NotFound for a record of another workspace and Conflict when a later
+    change depends on the record (see evolution.audit.record_revert_plan).
+    """
+    record = EvolutionRecord.objects.select_for_update().filter(workspace=workspace, pk=record_id).first()
+    if record is None:
+        raise NotFound(f"record: no evolution record {record_id} in workspace {workspace.slug!r}", field="record")
+    audit.record_revert_plan(record)
+    audit.record_apply_revert(record)
+    memory_keys = [k for k in record.before if k in record.after and _is_memory_key(k)]
+    (undo,) = audit.records_save(
+        [
+            audit.record_build(
+                workspace=workspace,
+                evolver="user",
+                action=Action.REVERT,
+                reason=f"revert of record {record.pk} ({record.evolver} {record.action}) by "
+                f"{default_origin(actor, 'user')}",
+                input_ids=record.output_ids or record.input_ids,
+                output_ids=record.input_ids,
+                before={k: record.after[k] for k in memory_keys},
+                after={k: record.before[k] for k in memory_keys},
+                actor=actor,
+                now=record.reverted_at,
+            )
+        ]
+    )
+    record.reverted_by = undo
+    record.save(update_fields=["reverted_at", "reverted_by"])
+    return undo
+
+
+def _is_memory_key(key: str) -> bool:
+    try:
+        uuid.UUID(key)
+    except ValueError:
+        return False
+    return True

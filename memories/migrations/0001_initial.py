@@ -71,7 +71,7 @@ class Migration(migrations.Migration):
                 ('valid_from', models.DateTimeField(blank=True, null=True)),
                 ('valid_to', models.DateTimeField(blank=True, null=True)),
                 ('metadata', models.JSONField(blank=True, default=dict)),
-                ('workspace', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memories', to='memories.workspace')),
+                ('workspace', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='memories', to='memories.workspace')),
             ],
             options={
                 'verbose_name_plural': 'memories',

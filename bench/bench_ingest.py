@@ -1,0 +1,90 @@
+"""Bulk ingestion throughput on SQLite with hashing embeddings (target >= 2,000 memories/s for 100k).
+
+Runs the real write path, `memories.services.memories_create` (validation-free typed inputs, one
+embedding batch per chunk, bulk INSERT, FTS5 triggers), in chunks of 5,000 as an agent calling
+POST /memories/bulk/ would, then a conversation ingestion of 20k turns with entity extraction.
+
+    make bench-ingest            # or: .venv/bin/python bench/bench_ingest.py --count 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from datetime import UTC, datetime, timedelta
+
+from _setup import django_setup
+
+TARGET_PER_SECOND = 2000.0
+
+WORDS = (
+    "jwt token session cookie load balancer redis postgres deploy incident latency cache kafka queue "
+    "billing invoice customer refund gateway auth review decision migration schema index rollback "
+    "dashboard alert grafana kubernetes pod node scale memory budget roadmap goal meeting dana lee"
+).split()
+
+
+def sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 24))).capitalize() + "."
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--count", type=int, default=100_000)
+    parser.add_argument("--chunk", type=int, default=5_000)
+    parser.add_argument("--turns", type=int, default=20_000)
+    args = parser.parse_args()
+
+    django_setup("ingest.sqlite3", fresh=True)
+    from django.contrib.auth import get_user_model
+
+    from memories import services
+    from memories.inputs import MemoryInput, SessionInput, TurnInput
+
+    user = get_user_model().objects.create_user("bench")
+    workspace = services.workspace_create(owner=user, slug="bench", name="Bench")
+    rng = random.Random(7)
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    types = ["episodic", "semantic", "fact", "event", "decision", "observation"]
+    items = [
+        MemoryInput(
+            content=sentence(rng),
+            memory_type=rng.choice(types),
+            created_at=base + timedelta(minutes=i),
+            tags=(rng.choice(WORDS),),
+        )
+        for i in range(args.count)
+    ]
+    started = time.perf_counter()
+    for start in range(0, len(items), args.chunk):
+        services.memories_create(workspace=workspace, actor=user, items=items[start : start + args.chunk])
+    elapsed = time.perf_counter() - started
+    rate = args.count / elapsed
+
+    sessions = []
+    per_session = 50
+    for s in range(args.turns // per_session):
+        turns = tuple(
+            TurnInput(speaker=rng.choice(["Dana", "Lee"]), text=sentence(rng) + " We use JWT and Redis.")
+            for _ in range(per_session)
+        )
+        sessions.append(SessionInput(started_at=base + timedelta(days=s), turns=turns))
+    started = time.perf_counter()
+    for start in range(0, len(sessions), 20):
+        services.conversation_ingest(workspace=workspace, actor=user, sessions=sessions[start : start + 20])
+    turn_elapsed = time.perf_counter() - started
+    turn_rate = args.turns / turn_elapsed
+
+    print(
+        f"bulk ingestion: {args.count:,} memories in {elapsed:.2f} s = {rate:,.0f} memories/s "
+        f"(target >= {TARGET_PER_SECOND:,.0f}/s, ratio {rate / TARGET_PER_SECOND:.2f}x)"
+    )
+    print(
+        f"conversation ingestion: {args.turns:,} turns (+session, entity memories and edges) in "
+        f"{turn_elapsed:.2f} s = {turn_rate:,.0f} turns/s"
+    )
+
+
+if __name__ == "__main__":
+    main()
