@@ -18,11 +18,7 @@ from _setup import django_setup
 
 TARGET_PER_SECOND = 2000.0
 
-WORDS = (
-    "jwt token session cookie load balancer redis postgres deploy incident latency cache kafka queue "
-    "billing invoice customer refund gateway auth review decision migration schema index rollback "
-    "dashboard alert grafana kubernetes pod node scale memory budget roadmap goal meeting dana lee"
-).split()
+WORDS = ["jwt", "token", "session", "cookie", "load", "balancer", "redis", "postgres", "deploy", "incident", "latency", "cache", "kafka", "queue", "billing", "invoice", "customer", "refund", "gateway", "auth", "review", "decision", "migration", "schema", "index", "rollback", "dashboard", "alert", "grafana", "kubernetes", "pod", "node", "scale", "memory", "budget", "roadmap", "goal", "meeting", "dana", "lee"]
 
 
 def sentence(rng: random.Random) -> str:
