@@ -18,7 +18,11 @@ from _setup import django_setup
 
 TARGET_PER_SECOND = 2000.0
 
-WORDS = ["jwt", "token", "session", "cookie", "load", "balancer", "redis", "postgres", "deploy", "incident", "latency", "cache", "kafka", "queue", "billing", "invoice", "customer", "refund", "gateway", "auth", "review", "decision", "migration", "schema", "index", "rollback", "dashboard", "alert", "grafana", "kubernetes", "pod", "node", "scale", "memory", "budget", "roadmap", "goal", "meeting", "dana", "lee"]
+WORDS = (
+    "jwt token session cookie load balancer redis postgres deploy incident latency cache kafka queue "
+    "billing invoice customer refund gateway auth review decision migration schema index rollback "
+    "dashboard alert grafana kubernetes pod node scale memory budget roadmap goal meeting dana lee "
+).split()
 
 
 def sentence(rng: random.Random) -> str:
