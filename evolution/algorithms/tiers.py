@@ -169,12 +169,15 @@ def tier_transitions(items: Sequence[TierItem], now: datetime) -> list[TierChang
     """Return the tier changes the rules in the module docstring make at ``now``, in input order.
 
     Items that stay where they are produce no entry. ``TierChange.score`` is the relevance at the item's
-    current tier weight (the number the rules looked at).
+    current tier weight (the number the rules looked at). Raises ValueError when two items share a key,
+    since a change names its item by key.
     """
     _require_aware(now)
     n = len(items)
     if n == 0:
         return []
+    if len({i.key for i in items}) != n:
+        raise ValueError("item keys must be unique")
     score = scores(items, now)
     # Computed with the same arithmetic a second run would use, so the WARM -> COLD check agrees bit for bit.
     score_if_warm = _score_at(

@@ -172,6 +172,11 @@ def test_transitions_keep_input_order_and_skip_unchanged_items() -> None:
     assert [c.key for c in tier_transitions(items, NOW)] == ["a", "c"]
 
 
+def test_items_sharing_a_key_are_refused() -> None:
+    with pytest.raises(ValueError, match="unique"):
+        tier_transitions([item(key="a"), item(key="a", tier=Tier.WARM)], NOW)
+
+
 def test_naive_datetimes_are_refused() -> None:
     with pytest.raises(ValueError):
         tier_transitions([item()], datetime(2026, 1, 1))
@@ -198,6 +203,7 @@ items_strategy = st.builds(
 
 @given(st.lists(items_strategy, max_size=25))
 def test_no_rule_ever_deletes_and_corrections_always_end_in_hot(items: list[TierItem]) -> None:
+    items = [replace(i, key=f"{n}") for n, i in enumerate(items)]
     changes = {c.key: c for c in tier_transitions(items, NOW)}
     for i in items:
         change = changes.get(i.key)
