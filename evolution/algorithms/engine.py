@@ -274,9 +274,7 @@ def _proposal(key: str, evidence: Sequence[Lesson], window_days: float) -> Strat
     task_type: str | None = None
     if task_counts:
         top = max(task_counts.values())
-        task_type = next(
-            s.task_type for s in reversed(evidence) if s.task_type and task_counts[s.task_type] == top
-        )
+        task_type = next(s.task_type for s in reversed(evidence) if s.task_type and task_counts[s.task_type] == top)
     return StrategyProposal(
         key=key,
         title=f"Seen {len(evidence)}x in {window_days:g} days: {short}",
@@ -303,9 +301,7 @@ _ENGINE_TARGETS = (
     r"(?:its|your|my|their)\s+own\s+(?:rules?|strateg(?:y|ies)|weights?)|(?:its|these|this)\s+(?:rules?|strateg(?:y|ies))|"
     r"(?:rule|strategy)\s+weights?"
 )
-_SELF_MODIFY_RE = re.compile(
-    rf"\b(?:{_MODIFY_VERBS})\b(?:\W+\w+){{0,5}}?\W+(?:{_ENGINE_TARGETS})", re.IGNORECASE
-)
+_SELF_MODIFY_RE = re.compile(rf"\b(?:{_MODIFY_VERBS})\b(?:\W+\w+){{0,5}}?\W+(?:{_ENGINE_TARGETS})", re.IGNORECASE)
 _SELF_APPROVE_RE = re.compile(
     r"\b(?:auto[- ]?approv\w*|approv\w*|accept\w*)\b(?:\W+\w+){0,3}?\W+(?:proposals?|strateg(?:y|ies))\b",
     re.IGNORECASE,
@@ -327,9 +323,7 @@ def covenant_check(proposal: StrategyProposal, *, known_rule_keys: Collection[st
     text = " ".join(part for part in (proposal.title, proposal.rule_text, proposal.task_type or "") if part)
     found = sorted({m.group(0).casefold() for m in _SECRET_RE.finditer(text)})
     if found:
-        vetoes.append(
-            f"Touches secrets ({', '.join(found)}): the engine never learns rules about credentials."
-        )
+        vetoes.append(f"Touches secrets ({', '.join(found)}): the engine never learns rules about credentials.")
     if _SELF_MODIFY_RE.search(text):
         vetoes.append("Self-loop: the rule would change the engine, the covenant or its own rules.")
     if _SELF_APPROVE_RE.search(text):
@@ -338,27 +332,19 @@ def covenant_check(proposal: StrategyProposal, *, known_rule_keys: Collection[st
     if not rule:
         vetoes.append("Empty rule: there is nothing to apply.")
     elif proposal.task_type and rule == lesson_key(proposal.task_type):
-        vetoes.append(
-            "Self-loop: the rule text only restates its trigger, so applying it would trigger it again."
-        )
+        vetoes.append("Self-loop: the rule text only restates its trigger, so applying it would trigger it again.")
     lowered = f"{proposal.title}\n{proposal.rule_text}".casefold()
     if proposal.key.casefold() in lowered:
         vetoes.append(f"Self-loop: the rule refers to itself ({proposal.key}).")
     mentioned = sorted(k for k in known_rule_keys if k and k != proposal.key and k.casefold() in lowered)
     if mentioned:
-        vetoes.append(
-            f"Self-loop: the rule refers to other rules ({', '.join(mentioned)}); rules about rules loop."
-        )
+        vetoes.append(f"Self-loop: the rule refers to other rules ({', '.join(mentioned)}); rules about rules loop.")
     if proposal.key in known_rule_keys:
-        vetoes.append(
-            f"Self-loop: {proposal.key} already is a rule; proposing it again feeds the engine its output."
-        )
+        vetoes.append(f"Self-loop: {proposal.key} already is a rule; proposing it again feeds the engine its output.")
     if proposal.evidence and all(ref.startswith(ENGINE_REF_PREFIXES) for ref in proposal.evidence):
         vetoes.append("Self-loop: all evidence is the engine's own output, not an observation.")
     if not proposal.weight >= COVENANT_MIN_WEIGHT:
-        vetoes.append(
-            f"Weight {proposal.weight:.2f} is below the covenant minimum {COVENANT_MIN_WEIGHT:.2f}."
-        )
+        vetoes.append(f"Weight {proposal.weight:.2f} is below the covenant minimum {COVENANT_MIN_WEIGHT:.2f}.")
     return Verdict(allowed=not vetoes, reasons=tuple(vetoes))
 
 
