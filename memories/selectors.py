@@ -15,9 +15,10 @@ from django.db import connection
 from django.db.models import F, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
+from evolution.models import EvolutionRecord
 from memories.algorithms.fts import fts5_expression, query_terms, tsquery_expression
 from memories.errors import Forbidden, InvalidInput, NotFound
-from memories.models import Edge, Membership, Memory, Role, Workspace
+from memories.models import Edge, Membership, Memory, RetrievalEvent, Role, Workspace
 
 Access = Literal["view", "edit", "own"]
 _ROLES_FOR: dict[Access, tuple[str, ...]] = {
@@ -304,3 +305,129 @@ def edges_of_memory(*, workspace: Workspace, memory: Memory) -> list[Edge]:
         .defer("source__embedding", "target__embedding", "source__snapshots", "target__snapshots")
         .order_by("edge_type", "-weight", "id")
     )
+
+
+# -- memory browser reads -------------------------------------------------------------------------
+
+
+def workspace_has_memories(*, workspace: Workspace) -> bool:
+    """True when the workspace holds any memory at all (decides the teaching empty state)."""
+    return Memory.objects.filter(workspace=workspace).exists()
+
+
+@dataclass(frozen=True)
+class MemoryHistory:
+    records: list[EvolutionRecord]
+    more: bool
+
+
+def memory_history(*, workspace: Workspace, memory_id: uuid.UUID, limit: int = 50) -> MemoryHistory:
+    """The newest `limit` applied (not dry-run) records that touched a memory, newest first.
+
+    One query through RecordLink's (memory_id, record) index; the actor is joined for display.
+    """
+    rows = list(
+        EvolutionRecord.objects.filter(workspace=workspace, links__memory_id=memory_id, dry_run=False)
+        .select_related("actor")
+        .order_by("-pk")[: limit + 1]
+    )
+    return MemoryHistory(records=rows[:limit], more=len(rows) > limit)
+
+
+def memory_retrievals(*, memory: Memory, limit: int = 200) -> list[RetrievalEvent]:
+    """The newest `limit` retrieval events of a memory (the flushed boosts), newest first."""
+    return list(
+        RetrievalEvent.objects.filter(memory=memory)
+        .only("id", "created_at", "source", "rank", "query")
+        .order_by("-created_at")[:limit]
+    )
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    id: uuid.UUID
+    content: str
+    memory_type: str
+    status: str
+    hops: int
+
+
+@dataclass(frozen=True)
+class GraphEdge:
+    id: int
+    source: uuid.UUID
+    target: uuid.UUID
+    edge_type: str
+    weight: float
+
+
+@dataclass(frozen=True)
+class Neighbourhood:
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+    truncated: bool
+
+
+def memory_neighbourhood(*, workspace: Workspace, memory: Memory, max_nodes: int = 40) -> Neighbourhood:
+    """The memory, its neighbours and their neighbours (two hops), capped at `max_nodes` nodes.
+
+    Two queries: the edges touching the memory, then the edges touching its first-hop neighbours.
+    Strongest edges are kept first when the cap cuts, so the picture shows what matters most.
+    """
+    columns = ("id", "content", "memory_type", "status")
+    nodes: dict[uuid.UUID, GraphNode] = {
+        memory.id: GraphNode(memory.id, memory.content, memory.memory_type, memory.status, 0)
+    }
+    edges: dict[int, GraphEdge] = {}
+    truncated = False
+
+    def take(rows: QuerySet[Edge], hops: int) -> None:
+        nonlocal truncated
+        for edge in rows:
+            for end in (edge.source, edge.target):
+                if end.id not in nodes:
+                    if len(nodes) >= max_nodes:
+                        truncated = True
+                        break
+                    nodes[end.id] = GraphNode(end.id, end.content, end.memory_type, end.status, hops)
+            else:
+                edges[edge.pk] = GraphEdge(edge.pk, edge.source_id, edge.target_id, edge.edge_type, edge.weight)
+
+    def touching(ids: list[uuid.UUID]) -> QuerySet[Edge]:
+        related = [f"source__{c}" for c in columns] + [f"target__{c}" for c in columns]
+        return (
+            Edge.objects.filter(workspace=workspace)
+            .filter(Q(source_id__in=ids) | Q(target_id__in=ids))
+            .select_related("source", "target")
+            .only("id", "source_id", "target_id", "edge_type", "weight", *related)
+            .order_by("-weight", "id")
+        )
+
+    take(touching([memory.id])[: max_nodes * 2], 1)
+    first_hop = [nid for nid, node in nodes.items() if node.hops == 1]
+    if first_hop and len(nodes) < max_nodes:
+        take(touching(first_hop[:900])[: max_nodes * 4], 2)
+    return Neighbourhood(nodes=list(nodes.values()), edges=list(edges.values()), truncated=truncated)
+
+
+def memories_activation(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> list[Memory]:
+    """Just the activation columns of some memories (the live bar's polling fallback)."""
+    return list(
+        Memory.objects.filter(workspace=workspace, id__in=list(ids)[:900]).only(
+            "id",
+            "activation_score",
+            "activation_last_boost_at",
+            "activation_half_life_hours",
+            "activation_boost_count",
+        )
+    )
+
+
+def api_token_of(*, user: AbstractBaseUser | AnonymousUser) -> str | None:
+    """The user's REST API token key, or None until they ask for one."""
+    from rest_framework.authtoken.models import Token
+
+    if user.pk is None:
+        return None
+    token = Token.objects.filter(user_id=user.pk).only("key").first()
+    return None if token is None else str(token.key)

@@ -1,53 +1,756 @@
-"""Pages of the memory browser (thin: parse, authorize, call a selector or service, render)."""
+"""Pages of the memory browser (thin: parse, authorize, call a selector or service, render).
+
+Every page renders in full without JavaScript; an htmx request that names a swap target gets just
+that partial (the same `{% partialdef %}` the full page renders), so htmx only makes pages faster.
+Charts are inline SVG computed here from plain numbers, so they need no JavaScript either.
+"""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
-from django.utils import timezone
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import wraps
+from typing import Any, ParamSpec
 
-from memories import selectors
-from memories.algorithms.activation import decayed_activation
-from memories.api import filters_from_query
-from memories.selectors import workspace_access, workspace_list_for_user
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import get_token
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from evolution.audit import CREATED_MEMORIES
+from evolution.models import Action, EvolutionRecord
+from memories import selectors, services
+from memories.algorithms.activation import decayed_activation, hours_since, project_decay_curve
+from memories.errors import Conflict, Forbidden, InvalidInput, NotFound
+from memories.forms import (
+    BULK_LABELS,
+    BulkActionForm,
+    MemoryCreateForm,
+    MemoryDeleteForm,
+    MemoryEditForm,
+    MemoryListForm,
+    delete_phrase,
+)
+from memories.models import CompressionTier, Edge, Memory, RetrievalEvent, Status
+from memories.selectors import WorkspaceAccess
+
+P = ParamSpec("P")
+PAGE_SIZE = 50
+HISTORY_LIMIT = 50
+DECAY_DAYS = 90
+
+
+def domain_errors(view: Callable[P, HttpResponse]) -> Callable[P, HttpResponse]:
+    """Map domain errors to HTTP: a non-member sees 404 (never a hint), a viewer's write 403."""
+
+    @wraps(view)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> HttpResponse:
+        try:
+            return view(*args, **kwargs)
+        except NotFound as exc:
+            raise Http404(exc.detail) from exc
+        except Forbidden as exc:
+            raise PermissionDenied(exc.detail) from exc
+
+    return wrapper
+
+
+def _is_partial(request: HttpRequest, target: str) -> bool:
+    """True for an htmx request aimed at one swap target (a history restore needs the full page)."""
+    htmx = getattr(request, "htmx", None)
+    if not htmx:
+        return False
+    return not htmx.history_restore_request and htmx.target == target
+
+
+def _safe_next(request: HttpRequest, fallback: str) -> str:
+    candidate = request.POST.get("next") or request.GET.get("next") or ""
+    if candidate and url_has_allowed_host_and_scheme(
+        candidate, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return candidate
+    return fallback
+
+
+def _list_url(ws: str) -> str:
+    return reverse("memories:list", kwargs={"ws": ws})
+
+
+def _detail_url(ws: str, memory_id: uuid.UUID) -> str:
+    return reverse("memories:detail", kwargs={"ws": ws, "memory_id": memory_id})
+
+
+def _activation_now(memory: Memory, now: datetime) -> float:
+    return decayed_activation(
+        memory.activation_score, memory.activation_last_boost_at, memory.activation_half_life_hours, now
+    )
+
+
+def _revert_form(request: HttpRequest, ws: str, record: EvolutionRecord, back: str) -> str:
+    """A POST button for a flash message; this session's CSRF token is still valid on the next page."""
+    return format_html(
+        '<form method="post" action="{}" class="inline">'
+        '<input type="hidden" name="csrfmiddlewaretoken" value="{}">'
+        '<input type="hidden" name="next" value="{}">'
+        '<button type="submit" class="link">Revert</button></form>',
+        reverse("memories:revert", kwargs={"ws": ws, "record_id": record.pk}),
+        get_token(request),
+        back,
+    )
+
+
+def _edit_access(request: HttpRequest, ws: str) -> WorkspaceAccess:
+    return selectors.workspace_access(user=request.user, slug=ws, require="edit")
+
+
+# -- home and list --------------------------------------------------------------------------------
 
 
 @login_required
+@require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    workspaces = workspace_list_for_user(user=request.user)
-    if len(workspaces) == 1:
-        return redirect(workspaces[0].workspace.get_absolute_url())
+    workspaces = selectors.workspace_list_for_user(user=request.user)
+    chosen = request.GET.get("ws")
+    for access in workspaces:
+        if access.workspace.slug == chosen or (not chosen and len(workspaces) == 1):
+            return redirect(access.workspace.get_absolute_url())
     return render(request, "memories/home.html", {"workspaces": workspaces})
 
 
+@dataclass(frozen=True)
+class Row:
+    memory: Memory
+    activation: float
+
+
 @login_required
+@require_GET
+@domain_errors
 def memory_list(request: HttpRequest, ws: str) -> HttpResponse:
-    access = workspace_access(user=request.user, slug=ws)
-    filters = filters_from_query(request.GET)
-    page = selectors.memory_list(
-        workspace=access.workspace,
-        filters=filters,
-        ordering=request.GET.get("ordering") or selectors.DEFAULT_ORDERING,
-        cursor=request.GET.get("cursor") or None,
-        limit=50,
-    )
+    access = selectors.workspace_access(user=request.user, slug=ws)
+    form = MemoryListForm(request.GET)
+    rows: list[Row] = []
+    next_cursor: str | None = None
+    error = ""
+    status = 200
+    empty_workspace = False
+    if form.is_valid():
+        try:
+            page = selectors.memory_list(
+                workspace=access.workspace,
+                filters=form.filters(),
+                ordering=form.ordering_value(),
+                cursor=request.GET.get("cursor") or None,
+                limit=PAGE_SIZE,
+            )
+        except InvalidInput as exc:
+            error, status = exc.detail, 400
+        else:
+            now = timezone.now()
+            rows = [Row(m, _activation_now(m, now)) for m in page.results]
+            next_cursor = page.next_cursor
+            if not rows and not request.GET.get("cursor") and not form.is_filtered():
+                empty_workspace = not selectors.workspace_has_memories(workspace=access.workspace)
+    else:
+        error, status = "Some filters are not valid; see the marked fields.", 400
+    token = None
+    if empty_workspace and access.can_edit:
+        token = selectors.api_token_of(user=request.user)
+    context = {
+        "access": access,
+        "form": form,
+        "rows": rows,
+        "error": error,
+        "empty_workspace": empty_workspace,
+        "token": token,
+        "api_url": request.build_absolute_uri(reverse("api:memories", kwargs={"ws": ws})),
+        "bulk_form": BulkActionForm(),
+        **_pagination(request, next_cursor),
+    }
+    partial = _is_partial(request, "memory-results")
+    template = "memories/list.html#results" if partial else "memories/list.html"
+    return render(request, template, context, status=status)
+
+
+def _pagination(request: HttpRequest, next_cursor: str | None) -> dict[str, Any]:
+    """Query strings of the "next" and "first" links, keeping every filter of the current page."""
+    base = request.GET.copy()
+    for name in ("cursor", "page"):
+        base.pop(name, None)
+    try:
+        number = max(1, int(request.GET.get("page", "1")))
+    except ValueError:
+        number = 1
+    next_query = ""
+    if next_cursor:
+        following = base.copy()
+        following["cursor"] = next_cursor
+        following["page"] = str(number + 1)
+        next_query = following.urlencode()
+    return {"page_number": number, "next_query": next_query, "first_query": base.urlencode()}
+
+
+@login_required
+@require_GET
+@domain_errors
+def activation_bars(request: HttpRequest, ws: str) -> HttpResponse:
+    """Polling fallback of the live activation column: the same bar partial the socket pushes."""
+    access = selectors.workspace_access(user=request.user, slug=ws)
+    ids: list[uuid.UUID] = []
+    for raw in request.GET.getlist("id")[: PAGE_SIZE * 4]:
+        try:
+            ids.append(uuid.UUID(raw))
+        except ValueError:
+            continue
     now = timezone.now()
-    rows = [
-        (
-            m,
-            decayed_activation(
-                m.activation_score, m.activation_last_boost_at, m.activation_half_life_hours, now
+    html = "".join(
+        render_to_string(
+            "memories/partials/activation_bar.html",
+            {"memory": m, "activation": _activation_now(m, now), "oob": True},
+        )
+        for m in selectors.memories_activation(workspace=access.workspace, ids=ids)
+    )
+    return HttpResponse(html)
+
+
+@login_required
+@require_POST
+@domain_errors
+def api_token(request: HttpRequest, ws: str) -> HttpResponse:
+    """Create the user's API token on demand (the empty state's curl line shows it)."""
+    access = _edit_access(request, ws)
+    services.api_token_ensure(user=request.user, workspace=access.workspace)  # type: ignore[arg-type]
+    messages.success(request, "Your API token is ready: the curl line below includes it.")
+    return redirect(_list_url(ws))
+
+
+# -- bulk actions ---------------------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+@domain_errors
+def memory_bulk(request: HttpRequest, ws: str) -> HttpResponse:
+    """Two steps: without `confirm` show what will happen and to how many; with it, do it."""
+    access = _edit_access(request, ws)
+    form = BulkActionForm(request.POST)
+    back = _safe_next(request, _list_url(ws))
+    partial = _is_partial(request, "bulk-dialog")
+    if not form.is_valid():
+        context = {"access": access, "form": form, "back": back, "count": 0}
+        template = "memories/bulk_confirm.html#dialog" if partial else "memories/bulk_confirm.html"
+        return render(request, template, context, status=400)
+    ids = form.cleaned_data["ids"]
+    if not form.cleaned_data["confirm"]:
+        context = {"access": access, "form": form, "back": back, "count": len(ids), "summary": form.summary()}
+        template = "memories/bulk_confirm.html#dialog" if partial else "memories/bulk_confirm.html"
+        return render(request, template, context)
+    try:
+        result = services.memories_bulk_action(
+            workspace=access.workspace,
+            actor=request.user,
+            ids=ids,
+            action=form.cleaned_data["action"],
+            value=form.value(),
+        )
+    except (InvalidInput, NotFound) as exc:
+        messages.error(request, exc.detail)
+        return redirect(back)
+    label = BULK_LABELS[result.action].lower()
+    if result.record is None:
+        messages.info(request, f"Nothing to {label}: the {result.selected} selected memories already were.")
+    else:
+        unchanged = result.selected - result.changed
+        note = f" ({unchanged} already were)" if unchanged else ""
+        messages.success(
+            request,
+            format_html(
+                "{} {} {}{}. {}",
+                BULK_LABELS[result.action],
+                result.changed,
+                "memory" if result.changed == 1 else "memories",
+                note,
+                _revert_form(request, ws, result.record, back),
             ),
         )
-        for m in page.results
-    ]
-    return render(request, "memories/list.html", {"access": access, "rows": rows, "page": page})
+    return redirect(back)
 
 
 @login_required
-def memory_detail(request: HttpRequest, ws: str, memory_id: str) -> HttpResponse:
-    access = workspace_access(user=request.user, slug=ws)
-    memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
+@require_POST
+@domain_errors
+def record_revert(request: HttpRequest, ws: str, record_id: int) -> HttpResponse:
+    access = _edit_access(request, ws)
+    back = _safe_next(request, _list_url(ws))
+    try:
+        services.memory_record_revert(workspace=access.workspace, record_id=record_id, actor=request.user)
+    except NotFound as exc:
+        raise Http404(exc.detail) from exc
+    except Conflict as exc:
+        messages.error(request, f"Not reverted: {exc.detail}")
+        return redirect(back)
+    messages.success(request, f"Reverted record {record_id}.")
+    return redirect(back)
+
+
+# -- create ---------------------------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+@domain_errors
+def memory_create(request: HttpRequest, ws: str) -> HttpResponse:
+    access = _edit_access(request, ws)
+    form = MemoryCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        memory = services.memory_create(
+            workspace=access.workspace, actor=request.user, item=form.to_input(), channel="user"
+        )
+        messages.success(request, "Memory saved.")
+        return redirect(_detail_url(ws, memory.id))
+    status = 400 if request.method == "POST" else 200
+    return render(request, "memories/create.html", {"access": access, "form": form}, status=status)
+
+
+# -- detail ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tick:
+    pos: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    css: str
+    points: str
+    dots: list[tuple[float, float, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Chart:
+    """An SVG line chart laid out in a fixed viewBox; the template only draws what is here."""
+
+    width: int
+    height: int
+    left: int
+    top: int
+    right: int
+    bottom: int
+    series: list[Series]
+    x_ticks: list[Tick]
+    y_ticks: list[Tick]
+    markers: list[tuple[float, str]]
+    description: str
+
+
+_W, _H, _LEFT, _TOP, _RIGHT, _BOTTOM = 480, 170, 38, 10, 470, 146
+
+
+def _y(value: float) -> float:
+    return round(_BOTTOM - max(0.0, min(1.0, value)) * (_BOTTOM - _TOP), 1)
+
+
+def _y_ticks() -> list[Tick]:
+    return [Tick(_y(v), f"{v:g}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)]
+
+
+def decay_chart(memory: Memory, now: datetime, days: int = DECAY_DAYS) -> Chart:
+    """Activation on each of the next `days` days if nothing touches the memory (seed 001 decay)."""
+    since = None if memory.activation_last_boost_at is None else hours_since(memory.activation_last_boost_at, now)
+    curve = project_decay_curve(memory.activation_score, since, memory.activation_half_life_hours, days=days)
+    span = max(1, days - 1)
+
+    def x(day: float) -> float:
+        return round(_LEFT + day / span * (_RIGHT - _LEFT), 1)
+
+    points = " ".join(f"{x(i)},{_y(float(v))}" for i, v in enumerate(curve))
+    marks = [d for d in (0, 30, 60, days - 1) if d < days]
+    labels = {0: "now", days - 1: f"{days} d"}
+    values = ", ".join(f"{labels.get(d, f'{d} d')} {float(curve[d]):.2f}" for d in marks)
+    return Chart(
+        _W,
+        _H,
+        _LEFT,
+        _TOP,
+        _RIGHT,
+        _BOTTOM,
+        series=[Series("projected activation", "s-act", points, [(x(0), _y(float(curve[0])), "now")])],
+        x_ticks=[Tick(x(d), labels.get(d, f"{d} d")) for d in marks],
+        y_ticks=_y_ticks(),
+        markers=[],
+        description=f"Projected activation if untouched: {values}.",
+    )
+
+
+def history_chart(
+    memory: Memory, records: Sequence[EvolutionRecord], retrievals: Sequence[RetrievalEvent], now: datetime
+) -> Chart:
+    """Activation and retention over time from evolution records, the last boost's decay and retrievals.
+
+    Recorded values are exact; between the last boost and now the activation follows the decay
+    formula exactly, so that stretch is drawn as a curve. Retrievals (flushed boosts) are ticks.
+    """
+    key = str(memory.id)
+    act: list[tuple[datetime, float]] = []
+    ret: list[tuple[datetime, float]] = []
+    for record in records:
+        after = record.after.get(key)
+        if not isinstance(after, dict) or record.reverted_at is not None:
+            continue
+        if isinstance(after.get("activation_score"), int | float):
+            act.append((record.timestamp, float(after["activation_score"])))
+        if isinstance(after.get("retention_score"), int | float):
+            ret.append((record.timestamp, float(after["retention_score"])))
+    boost = memory.activation_last_boost_at
+    if boost is not None and boost < now:
+        step = (now - boost) / 24
+        act.extend((boost + step * i, _activation_now_at(memory, boost + step * i)) for i in range(25))
+    else:
+        act.append((now, _activation_now(memory, now)))
+    ret.append((now, memory.retention_score))
+    moments = [t for t, _ in act + ret] + [e.created_at for e in retrievals] + [memory.created_at]
+    start = min(moments)
+    span = max((now - start).total_seconds(), 3600.0)
+
+    def x(t: datetime) -> float:
+        return round(_LEFT + (t - start).total_seconds() / span * (_RIGHT - _LEFT), 1)
+
+    def line(points: list[tuple[datetime, float]]) -> str:
+        return " ".join(f"{x(t)},{_y(v)}" for t, v in sorted(points, key=lambda p: p[0]))
+
+    middle = start + timedelta(seconds=span / 2)
+    return Chart(
+        _W,
+        _H,
+        _LEFT,
+        _TOP,
+        _RIGHT,
+        _BOTTOM,
+        series=[
+            Series("activation", "s-act", line(act)),
+            Series("retention", "s-ret", line(ret), [(x(t), _y(v), f"retention {v:.2f}") for t, v in ret]),
+        ],
+        x_ticks=[
+            Tick(x(start), f"{start:%Y-%m-%d}"),
+            Tick(x(middle), f"{middle:%Y-%m-%d}"),
+            Tick(x(now), "now"),
+        ],
+        y_ticks=_y_ticks(),
+        markers=[
+            (x(e.created_at), f"{e.source} #{e.rank} {e.created_at:%Y-%m-%d %H:%M} {e.query[:60]}") for e in retrievals
+        ],
+        description=(
+            f"Activation now {_activation_now(memory, now):.2f}, retention {memory.retention_score:.2f}; "
+            f"{len(retrievals)} retrievals and {len(act) + len(ret)} plotted values since {start:%Y-%m-%d}."
+        ),
+    )
+
+
+def _activation_now_at(memory: Memory, at: datetime) -> float:
+    return decayed_activation(
+        memory.activation_score, memory.activation_last_boost_at, memory.activation_half_life_hours, at
+    )
+
+
+@dataclass(frozen=True)
+class Change:
+    field: str
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    record: EvolutionRecord
+    changes: list[Change]
+    others: int
+    revertible: bool
+
+
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= 120 else text[:119] + "…"
+
+
+def timeline(memory: Memory, records: Sequence[EvolutionRecord]) -> list[TimelineEntry]:
+    key = str(memory.id)
+    entries = []
+    for record in records:
+        before = record.before.get(key) if isinstance(record.before.get(key), dict) else {}
+        after = record.after.get(key) if isinstance(record.after.get(key), dict) else {}
+        names = [n for n in dict.fromkeys([*before, *after]) if n != "updated_at"]
+        changes = [Change(n, _shown(before.get(n)), _shown(after.get(n))) for n in names]
+        if key in record.after.get(CREATED_MEMORIES, []):
+            changes.append(Change("created", "", "this memory"))
+        touched = {str(i) for i in record.input_ids} | {str(i) for i in record.output_ids}
+        entries.append(
+            TimelineEntry(
+                record=record,
+                changes=changes,
+                others=len(touched - {key}),
+                revertible=record.reverted_at is None and not record.dry_run and record.action != Action.DELETE,
+            )
+        )
+    return entries
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    edge: Edge
+    outgoing: bool
+    memory: Memory
+
+
+def edge_groups(memory: Memory, edges: Sequence[Edge]) -> list[tuple[str, list[Neighbour]]]:
+    """Edges by type (the selector orders them by type, then weight) with the memory at the other end."""
+    groups: dict[str, list[Neighbour]] = {}
+    for edge in edges:
+        outgoing = edge.source_id == memory.id
+        groups.setdefault(edge.edge_type, []).append(
+            Neighbour(edge, outgoing, edge.target if outgoing else edge.source)
+        )
+    return list(groups.items())
+
+
+def _snapshots(memory: Memory) -> list[dict[str, Any]]:
+    shown = []
+    for snap in memory.snapshots:
+        if isinstance(snap, dict):
+            tier = snap.get("tier")
+            label = CompressionTier(tier).label if tier in CompressionTier.values else str(tier)
+            shown.append({"tier": label, "content": str(snap.get("content", "")), "at": snap.get("at", "")})
+    return shown
+
+
+def _can_rehydrate(memory: Memory) -> bool:
+    return memory.compression_tier != CompressionTier.FULL and any(
+        isinstance(s, dict) and s.get("tier") == CompressionTier.FULL for s in memory.snapshots
+    )
+
+
+def _detail_context(request: HttpRequest, access: WorkspaceAccess, memory: Memory, **extra: Any) -> dict[str, Any]:
+    now = timezone.now()
+    history = selectors.memory_history(workspace=access.workspace, memory_id=memory.id, limit=HISTORY_LIMIT)
+    retrievals = selectors.memory_retrievals(memory=memory)
     edges = selectors.edges_of_memory(workspace=access.workspace, memory=memory)
-    return render(request, "memories/detail.html", {"access": access, "memory": memory, "edges": edges})
+    phrase = delete_phrase(memory.content)
+    return {
+        "access": access,
+        "memory": memory,
+        "activation": _activation_now(memory, now),
+        "decay": decay_chart(memory, now),
+        "decay_days": DECAY_DAYS,
+        "history_chart": history_chart(memory, history.records, retrievals, now),
+        "timeline": timeline(memory, history.records),
+        "history_more": history.more,
+        "retrieval_count": len(retrievals),
+        "edge_groups": edge_groups(memory, edges),
+        "edge_count": len(edges),
+        "snapshots": _snapshots(memory),
+        "can_rehydrate": _can_rehydrate(memory),
+        "compression_label": CompressionTier(memory.compression_tier).label,
+        "delete_phrase": phrase,
+        "delete_form": MemoryDeleteForm(phrase=phrase),
+        "edit_form": MemoryEditForm(initial={"content": memory.content}),
+        "editing": False,
+        "here": _detail_url(access.workspace.slug, memory.id),
+        **extra,
+    }
+
+
+@login_required
+@require_GET
+@domain_errors
+def memory_detail(request: HttpRequest, ws: str, memory_id: uuid.UUID) -> HttpResponse:
+    access = selectors.workspace_access(user=request.user, slug=ws)
+    memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
+    editing = request.GET.get("edit") == "1" and access.can_edit
+    return render(request, "memories/detail.html", _detail_context(request, access, memory, editing=editing))
+
+
+@login_required
+@require_GET
+@domain_errors
+def memory_content(request: HttpRequest, ws: str, memory_id: uuid.UUID) -> HttpResponse:
+    """The content panel alone (htmx "Cancel" of an edit)."""
+    access = selectors.workspace_access(user=request.user, slug=ws)
+    memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
+    if not _is_partial(request, "memory-content"):
+        return redirect(_detail_url(ws, memory.id))
+    return render(request, "memories/detail.html#content", {"access": access, "memory": memory})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+@domain_errors
+def memory_edit(request: HttpRequest, ws: str, memory_id: uuid.UUID) -> HttpResponse:
+    """Edit content in place; the edit makes the memory the person's own (origin tier 1)."""
+    access = _edit_access(request, ws)
+    memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
+    partial = _is_partial(request, "memory-content")
+    if request.method == "GET":
+        if not partial:
+            return redirect(_detail_url(ws, memory.id) + "?edit=1#memory-content")
+        form = MemoryEditForm(initial={"content": memory.content})
+        return render(
+            request, "memories/detail.html#content_form", {"access": access, "memory": memory, "edit_form": form}
+        )
+    form = MemoryEditForm(request.POST)
+    if not form.is_valid():
+        if partial:
+            context = {"access": access, "memory": memory, "edit_form": form}
+            return render(request, "memories/detail.html#content_form", context, status=400)
+        context = _detail_context(request, access, memory, edit_form=form, editing=True)
+        return render(request, "memories/detail.html", context, status=400)
+    memory = services.memory_update(
+        workspace=access.workspace,
+        memory=memory,
+        actor=request.user,
+        changes={"content": form.cleaned_data["content"]},
+    )
+    if not partial:
+        messages.success(request, "Content saved.")
+        return redirect(_detail_url(ws, memory.id))
+    history = selectors.memory_history(workspace=access.workspace, memory_id=memory.id, limit=HISTORY_LIMIT)
+    context = {
+        "access": access,
+        "memory": memory,
+        "timeline": timeline(memory, history.records),
+        "history_more": history.more,
+        "here": _detail_url(ws, memory.id),
+        "oob": True,
+    }
+    html = render_to_string("memories/detail.html#content", context, request=request) + render_to_string(
+        "memories/detail.html#history", context, request=request
+    )
+    return HttpResponse(html)
+
+
+def _memory_post(request: HttpRequest, ws: str, memory_id: uuid.UUID) -> tuple[WorkspaceAccess, Memory, str]:
+    access = _edit_access(request, ws)
+    memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
+    return access, memory, _safe_next(request, _detail_url(ws, memory.id))
+
+
+def _row_or_redirect(
+    request: HttpRequest, access: WorkspaceAccess, memory: Memory, back: str, done: str
+) -> HttpResponse:
+    """After a one-memory action: the list row partial for htmx, otherwise a flash and back."""
+    if _is_partial(request, f"row-{memory.id}"):
+        row = Row(memory, _activation_now(memory, timezone.now()))
+        return render(request, "memories/list.html#row", {"access": access, "row": row})
+    messages.success(request, done)
+    return redirect(back)
+
+
+@login_required
+@require_POST
+@domain_errors
+def memory_archive(request: HttpRequest, ws: str, memory_id: uuid.UUID) -> HttpResponse:
+    access, memory, back = _memory_post(request, ws, memory_id)
+    memory = services.memory_archive(workspace=access.workspace, memory=memory, actor=request.user)
+    return _row_or_redirect(request, access, memory, back, "Memory archived.")
+
+
+@login_required
+@require_POST
+@domain_errors
+def memory_restore(request: HttpRequest, ws: str, memory_id: uuid.UUID) -> HttpResponse:
+    access, memory, back = _memory_post(request, ws, memory_id)
+    if memory.status == Status.ARCHIVED:
+        memory = services.memory_update(
+            workspace=access.workspace, memory=memory, actor=request.user, changes={"status": Status.ACTIVE}
+        )
+    return _row_or_redirect(request, access, memory, back, "Memory restored.")
+
+
+@login_required
+@require_POST
+@domain_errors
+def memory_pin(request: HttpRequest, ws: str, memory_id: uuid.UUID) -> HttpResponse:
+    access, memory, back = _memory_post(request, ws, memory_id)
+    pinned = request.POST.get("pinned") == "true"
+    memory = services.memory_update(
+        workspace=access.workspace, memory=memory, actor=request.user, changes={"pinned": pinned}
+    )
+    return _row_or_redirect(request, access, memory, back, "Memory pinned." if pinned else "Memory unpinned.")
+
+
+@login_required
+@require_POST
+@domain_errors
+def memory_rehydrate(request: HttpRequest, ws: str, memory_id: uuid.UUID) -> HttpResponse:
+    access, memory, back = _memory_post(request, ws, memory_id)
+    try:
+        services.memory_rehydrate(workspace=access.workspace, memory=memory, actor=request.user)
+    except Conflict as exc:
+        messages.error(request, f"Not rehydrated: {exc.detail}")
+    else:
+        messages.success(request, "Full content restored from the snapshot.")
+    return redirect(back)
+
+
+@login_required
+@require_POST
+@domain_errors
+def memory_delete(request: HttpRequest, ws: str, memory_id: uuid.UUID) -> HttpResponse:
+    """Hard delete, only after the person typed the memory's first words (kept in the audit log)."""
+    access, memory, _ = _memory_post(request, ws, memory_id)
+    phrase = delete_phrase(memory.content)
+    form = MemoryDeleteForm(request.POST, phrase=phrase)
+    if not form.is_valid():
+        context = _detail_context(request, access, memory, delete_form=form)
+        return render(request, "memories/detail.html", context, status=400)
+    services.memory_delete_hard(workspace=access.workspace, memory=memory, actor=request.user)
+    messages.success(request, f"Deleted “{phrase}…” permanently; the audit log keeps its content.")
+    return redirect(_list_url(ws))
+
+
+@login_required
+@require_GET
+@domain_errors
+def memory_graph(request: HttpRequest, ws: str, memory_id: uuid.UUID) -> JsonResponse:
+    """The two-hop neighbourhood as Cytoscape elements ({nodes, edges} of {data: ...})."""
+    access = selectors.workspace_access(user=request.user, slug=ws)
+    memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
+    hood = selectors.memory_neighbourhood(workspace=access.workspace, memory=memory)
+    nodes = [
+        {
+            "data": {
+                "id": str(n.id),
+                "label": n.content if len(n.content) <= 48 else n.content[:47] + "…",
+                "type": n.memory_type,
+                "status": n.status,
+                "hops": n.hops,
+                "url": _detail_url(ws, n.id),
+            }
+        }
+        for n in hood.nodes
+    ]
+    edges = [
+        {
+            "data": {
+                "id": f"e{e.id}",
+                "source": str(e.source),
+                "target": str(e.target),
+                "type": e.edge_type,
+                "weight": e.weight,
+            }
+        }
+        for e in hood.edges
+    ]
+    return JsonResponse({"nodes": nodes, "edges": edges, "truncated": hood.truncated})

@@ -1,0 +1,282 @@
+"""The memory list page: search, filters, sort, keyset pages, partial swaps, empty states, roles."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from memories.models import AuditEntry, Memory, Role, Status, Workspace
+
+pytestmark = pytest.mark.django_db
+
+LIST = "/w/acme/"
+
+
+@pytest.fixture
+def browser(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def rows_in(html: str) -> list[str]:
+    return re.findall(r'<tr id="row-([0-9a-f-]{36})"', html)
+
+
+def test_anonymous_visitor_is_sent_to_the_login_page(workspace: Workspace) -> None:
+    response = Client().get(LIST)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/")
+
+
+def test_login_page_renders_and_logs_in(user: Any, workspace: Workspace) -> None:
+    client = Client()
+    assert 'for="id_username"' in client.get("/accounts/login/").content.decode()
+    response = client.post("/accounts/login/", {"username": "alice", "password": "pw-alice"})
+    assert response.status_code == 302
+    # One workspace: home goes straight to it.
+    assert client.get("/").headers["Location"] == LIST
+
+
+def test_logout_is_a_post_that_ends_the_session(browser: Client, workspace: Workspace) -> None:
+    assert browser.post("/accounts/logout/").status_code == 302
+    assert browser.get(LIST).status_code == 302
+
+
+def test_non_member_gets_404_without_a_hint(workspace: Workspace, make_user: Callable[..., Any]) -> None:
+    client = Client()
+    client.force_login(make_user("eve"))
+    response = client.get(LIST)
+    assert response.status_code == 404
+    assert b"Acme" not in response.content
+
+
+def test_list_shows_memories_with_live_activation_bars(
+    browser: Client, make_memory: Callable[..., Memory]
+) -> None:
+    memory = make_memory("We picked JWT for the API", memory_type="decision")
+    html = browser.get(LIST).content.decode()
+    assert "We picked JWT for the API" in html
+    assert f'id="act-{memory.id}"' in html
+    assert 'ws-connect="/ws/workspaces/acme/activation/"' in html
+    assert f"/w/acme/memories/activation/?id={memory.id}" in html
+
+
+def test_search_matches_words_of_the_content(browser: Client, make_memory: Callable[..., Memory]) -> None:
+    jwt = make_memory("We picked JWT access tokens")
+    make_memory("The load balancer drops sticky sessions")
+    ids = rows_in(browser.get(LIST, {"q": "tokens"}).content.decode())
+    assert ids == [str(jwt.id)]
+
+
+def test_filters_combine_type_pinned_origin_and_tag(browser: Client, make_memory: Callable[..., Memory]) -> None:
+    wanted = make_memory("pinned fact", memory_type="fact", pinned=True, tags=("auth",), origin="import:wiki")
+    make_memory("unpinned fact", memory_type="fact", tags=("auth",), origin="import:wiki")
+    make_memory("pinned decision", memory_type="decision", pinned=True, tags=("auth",))
+    make_memory("pinned fact other tag", memory_type="fact", pinned=True, tags=("ops",), origin="import:wiki")
+    params = {"type": "fact", "pinned": "true", "origin": "import:", "tag": "auth"}
+    assert rows_in(browser.get(LIST, params).content.decode()) == [str(wanted.id)]
+
+
+def test_archived_memories_are_hidden_until_asked_for(
+    browser: Client, make_memory: Callable[..., Memory]
+) -> None:
+    make_memory("active one")
+    archived = make_memory("archived one", status=Status.ARCHIVED)
+    assert str(archived.id) not in rows_in(browser.get(LIST).content.decode())
+    assert str(archived.id) in rows_in(browser.get(LIST, {"status": "any"}).content.decode())
+    assert rows_in(browser.get(LIST, {"status": "archived"}).content.decode()) == [str(archived.id)]
+
+
+def test_compression_tier_and_conflict_filters(browser: Client, make_memory: Callable[..., Memory]) -> None:
+    compressed = make_memory("compressed")
+    Memory.objects.filter(pk=compressed.pk).update(compression_tier=1)
+    conflicted = make_memory("conflicted")
+    Memory.objects.filter(pk=conflicted.pk).update(conflicts_with=[str(compressed.id)])
+    assert rows_in(browser.get(LIST, {"compression_tier": "1"}).content.decode()) == [str(compressed.id)]
+    assert rows_in(browser.get(LIST, {"has_conflicts": "true"}).content.decode()) == [str(conflicted.id)]
+
+
+def test_date_range_includes_the_whole_to_day(browser: Client, make_memory: Callable[..., Memory]) -> None:
+    day = datetime(2026, 3, 10, tzinfo=UTC)
+    make_memory("before", created_at=day - timedelta(hours=1))
+    morning = make_memory("morning", created_at=day + timedelta(hours=1))
+    evening = make_memory("evening", created_at=day + timedelta(hours=23, minutes=59))
+    make_memory("after", created_at=day + timedelta(days=1, minutes=1))
+    html = browser.get(LIST, {"created_after": "2026-03-10", "created_before": "2026-03-10"}).content.decode()
+    assert set(rows_in(html)) == {str(morning.id), str(evening.id)}
+
+
+def test_sort_by_activation_now_puts_the_warmest_first(
+    browser: Client, make_memory: Callable[..., Memory]
+) -> None:
+    now = timezone.now()
+    cold = make_memory("boosted long ago", created_at=now - timedelta(days=200))
+    warm = make_memory("boosted just now", created_at=now - timedelta(days=300))
+    from memories.algorithms.sortkey import activation_sort_key
+
+    Memory.objects.filter(pk=warm.pk).update(
+        activation_last_boost_at=now, activation_sort_key=activation_sort_key(0.5, now, 720.0)
+    )
+    assert rows_in(browser.get(LIST, {"ordering": "-activation"}).content.decode()) == [str(warm.id), str(cold.id)]
+    assert rows_in(browser.get(LIST, {"ordering": "activation"}).content.decode()) == [str(cold.id), str(warm.id)]
+
+
+def test_keyset_pages_walk_every_memory_once_and_keep_filters(
+    browser: Client, make_memory: Callable[..., Memory]
+) -> None:
+    base = timezone.now() - timedelta(days=10)
+    made = {str(make_memory(f"note {i}", created_at=base + timedelta(minutes=i)).id) for i in range(120)}
+    make_memory("a decision that the type filter drops", memory_type="decision")
+    seen: list[str] = []
+    url = LIST + "?type=semantic"
+    pages = 0
+    while url:
+        html = browser.get(url).content.decode()
+        seen.extend(rows_in(html))
+        pages += 1
+        found = re.search(r'id="next-page" rel="next" href="([^"]+)"', html)
+        url = found.group(1).replace("&amp;", "&") if found else ""
+        if url:
+            assert "type=semantic" in url
+    assert pages == 3
+    assert len(seen) == len(set(seen)) == 120
+    assert set(seen) == made
+
+
+def test_htmx_request_for_the_results_gets_only_that_partial(
+    browser: Client, make_memory: Callable[..., Memory]
+) -> None:
+    make_memory("partial please")
+    response = browser.get(LIST, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="memory-results")
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="memory-results"')
+    assert "<html" not in html
+    assert "partial please" in html
+
+
+def test_htmx_history_restore_gets_the_full_page(browser: Client, make_memory: Callable[..., Memory]) -> None:
+    make_memory("full please")
+    response = browser.get(
+        LIST, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="memory-results", HTTP_HX_HISTORY_RESTORE_REQUEST="true"
+    )
+    assert "<html" in response.content.decode()
+
+
+def test_invalid_filter_is_a_400_that_names_the_field(browser: Client, workspace: Workspace) -> None:
+    response = browser.get(LIST, {"type": "nonsense"})
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "Some filters are not valid" in html
+    assert 'id="id_type-error"' in html
+
+
+def test_bad_cursor_is_a_400_with_the_reason(browser: Client, workspace: Workspace) -> None:
+    response = browser.get(LIST, {"cursor": "garbage"})
+    assert response.status_code == 400
+    assert "cursor" in response.content.decode()
+
+
+def test_list_query_count_does_not_grow_with_rows(
+    browser: Client, make_memory: Callable[..., Memory], django_assert_num_queries: Any
+) -> None:
+    for i in range(3):
+        make_memory(f"few {i}", tags=("t",))
+    # session, user, membership+workspace, navigation workspaces, the page of memories.
+    with django_assert_num_queries(5):
+        browser.get(LIST)
+    for i in range(60):
+        make_memory(f"many {i}", tags=("t",))
+    with django_assert_num_queries(5):
+        assert len(rows_in(browser.get(LIST).content.decode())) == 50
+
+
+def test_new_workspace_teaches_the_curl_line_with_a_token_created_on_demand(
+    browser: Client, workspace: Workspace, user: Any
+) -> None:
+    html = browser.get(LIST).content.decode()
+    assert "This workspace has no memories yet" in html
+    assert "Create my API token" in html
+    response = browser.post("/w/acme/token/")
+    assert response.status_code == 302
+    from rest_framework.authtoken.models import Token
+
+    key = Token.objects.get(user=user).key
+    html = browser.get(LIST).content.decode()
+    assert f'Authorization: Token {key}' in html
+    assert "http://testserver/api/v1/workspaces/acme/memories/" in html
+    assert AuditEntry.objects.filter(workspace=workspace, action="token.create").count() == 1
+    browser.post("/w/acme/token/")
+    assert AuditEntry.objects.filter(workspace=workspace, action="token.create").count() == 1
+
+
+def test_filtered_empty_result_offers_to_clear_filters(browser: Client, make_memory: Callable[..., Memory]) -> None:
+    make_memory("something")
+    html = browser.get(LIST, {"q": "zebra"}).content.decode()
+    assert "No memories match" in html
+    assert "has no memories yet" not in html
+
+
+def test_viewer_sees_the_list_without_edit_controls(
+    workspace: Workspace, viewer: Any, make_memory: Callable[..., Memory]
+) -> None:
+    make_memory("visible to viewers")
+    client = Client()
+    client.force_login(viewer)
+    html = client.get(LIST).content.decode()
+    assert "visible to viewers" in html
+    assert 'name="ids"' not in html
+    assert "New memory" not in html
+    assert ">Archive<" not in html
+    assert client.post("/w/acme/token/").status_code == 403
+
+
+def test_activation_poll_returns_out_of_band_bars_of_this_workspace_only(
+    browser: Client, make_memory: Callable[..., Memory], other_workspace: Workspace
+) -> None:
+    from memories import services
+    from memories.inputs import MemoryInput
+
+    mine = make_memory("mine")
+    foreign = services.memory_create(workspace=other_workspace, actor=None, item=MemoryInput(content="theirs"))
+    html = browser.get(f"/w/acme/memories/activation/?id={mine.id}&id={foreign.id}&id=nonsense").content.decode()
+    assert f'id="act-{mine.id}"' in html
+    assert 'hx-swap-oob="true"' in html
+    assert str(foreign.id) not in html
+
+
+def test_navigation_links_every_section_even_before_it_exists(browser: Client, workspace: Workspace) -> None:
+    html = browser.get(LIST).content.decode()
+    nav = html[html.index('<nav class="mainnav"') : html.index("</nav>")]
+    for section in ("Memories", "Inspector", "Proposals", "Contradictions", "Drift", "Runs"):
+        assert section in nav
+    assert 'aria-current="page">Memories' in nav
+
+
+def test_workspace_switcher_goes_to_the_chosen_workspace(
+    browser: Client, user: Any, workspace: Workspace
+) -> None:
+    from memories import services
+
+    services.workspace_create(owner=user, slug="second", name="Second")
+    assert browser.get("/").status_code == 200
+    assert browser.get("/", {"ws": "second"})["Location"] == "/w/second/"
+    html = browser.get(LIST).content.decode()
+    assert '<option value="second">Second · owner</option>' in html
+
+
+def test_editor_role_gets_edit_controls(
+    workspace: Workspace, member: Callable[[str], Any], make_memory: Callable[..., Memory]
+) -> None:
+    make_memory("editable")
+    client = Client()
+    client.force_login(member(Role.EDITOR))
+    html = client.get(LIST).content.decode()
+    assert 'name="ids"' in html
+    assert "New memory" in html
