@@ -7,3 +7,10 @@ class EvolutionConfig(AppConfig):
     name = "evolution"
     verbose_name = "Evolution"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Every path that creates memories runs the typed slot policies inside its own transaction.
+        from evolution.policies import write_policy_hook
+        from memories.services import register_write_policy
+
+        register_write_policy(write_policy_hook)
