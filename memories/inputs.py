@@ -275,7 +275,9 @@ def conversation_input(raw: Any) -> list[SessionInput]:
         if "started_at" not in s:
             raise InvalidInput(f"{prefix}started_at: this field is required", field=f"{prefix}started_at")
         started = parse_when(s.get("started_at"), f"{prefix}started_at")
-        assert started is not None
+        if started is None:
+            # null or "" parse to "no time"; a session needs one because its turns take it as created_at.
+            raise InvalidInput(f"{prefix}started_at: this field is required", field=f"{prefix}started_at")
         turns_raw = s.get("turns")
         if not isinstance(turns_raw, list) or not turns_raw:
             raise InvalidInput(f"{prefix}turns: expected a non-empty list of turns", field=f"{prefix}turns")
@@ -361,4 +363,7 @@ def memory_patch_input(raw: Any) -> dict[str, Any]:
     unknown = sorted(set(data) - EDITABLE_FIELDS)
     if unknown:
         raise InvalidInput(f"{unknown[0]}: this field cannot be changed", field=unknown[0])
-    return {name: _PATCH_VALIDATORS[name](value, name) for name, value in data.items()}
+    changes = {name: _PATCH_VALIDATORS[name](value, name) for name, value in data.items()}
+    if changes.get("valid_from") and changes.get("valid_to") and changes["valid_to"] < changes["valid_from"]:
+        raise InvalidInput("valid_to: earlier than valid_from", field="valid_to")
+    return changes

@@ -183,6 +183,11 @@ def memory_update(*, workspace: Workspace, memory: Memory, actor: User | None, c
         and not (memory.memory_type == MemoryType.GOAL and changes["status"] in (Status.RESOLVED, Status.ABANDONED))
     ):
         raise InvalidInput(f"status: {changes['status']!r} cannot be set by hand here", field="status")
+    # A patch may move one end of the validity window; check it against the end it leaves in place.
+    valid_from = changes.get("valid_from", memory.valid_from)
+    valid_to = changes.get("valid_to", memory.valid_to)
+    if valid_from is not None and valid_to is not None and valid_to < valid_from:
+        raise InvalidInput("valid_to: earlier than valid_from", field="valid_to")
     if "content" in changes and changes["content"] != memory.content:
         changes["origin"] = default_origin(actor, "user")
         changes["origin_tier"] = 1
