@@ -1,0 +1,264 @@
+"""Reads for evolution: whole-workspace arrays for the evolvers, runs, records and memory history.
+
+Evolver inputs are loaded with `values_list` (one query each, no model instances) and handed to the
+pure algorithms as plain columns; everything is scoped to one workspace.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, Max, Q, Sum
+
+from evolution.models import EvolutionRecord, EvolutionRun, RecordLink, RunStatus
+from memories.errors import InvalidInput, NotFound
+from memories.models import Edge, EdgeType, Memory, MemoryType, RetrievalEvent, RetrievalSource, Status, Workspace
+
+# Retrieval sources that mean a person or agent actually used the result (see docs/evolution.md, hub
+# bias): the query inspector's dry reads are left out of profiles and of CO_RETRIEVED counts.
+USED_SOURCES: tuple[str, ...] = (
+    RetrievalSource.SEARCH,
+    RetrievalSource.GET,
+    RetrievalSource.CONTEXT,
+    RetrievalSource.HELPFUL,
+)
+# metadata key holding the CRC-32 of the embedding the InterferenceBasedConsolidation evolver last
+# compared (see evolution.evolvers.enhanced): rows whose marker differs are the new or changed ones.
+INTERFERENCE_MARKER = "interference_checked"
+# Ids per IN (...) query: under SQLite's default limit of host parameters on old builds.
+_IN_CHUNK = 900
+
+
+# -- evolver cursors --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvolverCursor:
+    """What the last applied, not reverted, successful run of an evolver left behind."""
+
+    state: dict[str, Any]
+    ran_at: datetime | None
+
+
+def evolver_cursor(*, workspace: Workspace, name: str) -> EvolverCursor:
+    """The state saved by the newest applied run in which `name` succeeded (empty when there is none).
+
+    Runs are scanned newest first and stop at the first match, so the cost is the number of recent
+    runs that did not include this evolver.
+    """
+    runs = (
+        EvolutionRun.objects.filter(workspace=workspace, dry_run=False)
+        .exclude(status=RunStatus.REVERTED)
+        .order_by("-started_at")
+        .values_list("started_at", "summary")
+    )
+    for started_at, summary in runs.iterator(chunk_size=20):
+        for entry in (summary or {}).get("evolvers", []):
+            if entry.get("name") == name and entry.get("status") == "ok":
+                return EvolverCursor(state=dict(entry.get("state") or {}), ran_at=started_at)
+    return EvolverCursor(state={}, ran_at=None)
+
+
+# -- evolver inputs -------------------------------------------------------------------------------
+
+
+def working_buffer(*, workspace: Workspace) -> list[tuple[uuid.UUID, str, datetime, str, list[str], float]]:
+    """Active working memories: (id, content, created_at, subject, tags, confidence), oldest first."""
+    rows = (
+        Memory.objects.filter(workspace=workspace, memory_type=MemoryType.WORKING, status=Status.ACTIVE)
+        .order_by("created_at", "id")
+        .values_list("id", "content", "created_at", "subject", "tags", "confidence")
+    )
+    return list(rows)
+
+
+def decay_rows(
+    *, workspace: Workspace, memory_types: Sequence[str]
+) -> list[tuple[uuid.UUID, float, float, datetime | None, datetime | None, datetime, bool]]:
+    """Active memories of `memory_types`: (id, retention, stability, last_accessed, valid_from, created_at,
+    pinned)."""
+    rows = Memory.objects.filter(
+        workspace=workspace, status=Status.ACTIVE, memory_type__in=list(memory_types)
+    ).values_list("id", "retention_score", "stability", "last_accessed", "valid_from", "created_at", "pinned")
+    return list(rows)
+
+
+def embedding_rows(*, workspace: Workspace) -> list[tuple[uuid.UUID, float, bytes, Any]]:
+    """Active memories with an embedding: (id, retention, embedding bytes, interference marker or None)."""
+    rows = (
+        Memory.objects.filter(workspace=workspace, status=Status.ACTIVE, embedding__isnull=False)
+        .order_by("created_at", "id")
+        .values_list("id", "retention_score", "embedding", f"metadata__{INTERFERENCE_MARKER}")
+    )
+    return [(mid, ret, bytes(blob), marker) for mid, ret, blob, marker in rows]
+
+
+def retention_rows(*, workspace: Workspace) -> list[tuple[uuid.UUID, float, datetime, dict[str, Any]]]:
+    """Active memories: (id, retention, created_at, retrieval_profile)."""
+    rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE).values_list(
+        "id", "retention_score", "created_at", "retrieval_profile"
+    )
+    return list(rows)
+
+
+def active_retention(*, workspace: Workspace) -> list[tuple[uuid.UUID, float]]:
+    rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE).values_list("id", "retention_score")
+    return list(rows)
+
+
+def metadata_of(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
+    """metadata of the given memories, fetched in chunks of ids."""
+    found: dict[uuid.UUID, dict[str, Any]] = {}
+    for start in range(0, len(ids), _IN_CHUNK):
+        chunk = list(ids[start : start + _IN_CHUNK])
+        found.update(Memory.objects.filter(workspace=workspace, id__in=chunk).values_list("id", "metadata"))
+    return found
+
+
+@dataclass(frozen=True)
+class RetrievalAggregate:
+    """Per-memory retrieval counts over the events up to `now` (used sources only)."""
+
+    memory_id: uuid.UUID
+    total: int
+    search: int
+    rank_sum: int
+    top1: int
+    in_short: int
+    in_lookback: int
+    last_at: datetime
+
+
+def retrieval_aggregates(
+    *, workspace: Workspace, now: datetime, lookback_days: float, short_days: float
+) -> list[RetrievalAggregate]:
+    """One GROUP BY over the workspace's retrieval events: the database counts, Python gets one row per
+    retrieved memory. Search events (source search) carry the ranks; every used source counts in total."""
+    is_search = Q(source=RetrievalSource.SEARCH)
+    rows = (
+        RetrievalEvent.objects.filter(workspace=workspace, source__in=USED_SOURCES, created_at__lte=now)
+        .values("memory_id")
+        .annotate(
+            total=Count("id"),
+            search=Count("id", filter=is_search),
+            rank_sum=Sum("rank", filter=is_search),
+            top1=Count("id", filter=is_search & Q(rank=0)),
+            in_short=Count("id", filter=Q(created_at__gt=now - timedelta(days=short_days))),
+            in_lookback=Count("id", filter=Q(created_at__gt=now - timedelta(days=lookback_days))),
+            last_at=Max("created_at"),
+        )
+        .values_list("memory_id", "total", "search", "rank_sum", "top1", "in_short", "in_lookback", "last_at")
+    )
+    return [
+        RetrievalAggregate(mid, total, search, int(rank_sum or 0), top1, short, lookback, last)
+        for mid, total, search, rank_sum, top1, short, lookback, last in rows
+    ]
+
+
+def used_result_sets(
+    *, workspace: Workspace, after_event_id: int
+) -> tuple[list[tuple[uuid.UUID, list[uuid.UUID], datetime]], int]:
+    """Result sets of events newer than `after_event_id` from used sources: [(set id, member ids, time)]
+    (time = newest event of the set), and the largest event id read (the next watermark)."""
+    rows = (
+        RetrievalEvent.objects.filter(workspace=workspace, id__gt=after_event_id, source__in=USED_SOURCES)
+        .order_by("id")
+        .values_list("id", "result_set", "memory_id", "created_at")
+    )
+    sets: dict[uuid.UUID, tuple[list[uuid.UUID], list[datetime]]] = {}
+    last_id = after_event_id
+    for event_id, result_set, memory_id, created_at in rows.iterator(chunk_size=5000):
+        members, times = sets.setdefault(result_set, ([], []))
+        members.append(memory_id)
+        times.append(created_at)
+        last_id = event_id
+    return [(key, members, max(times)) for key, (members, times) in sets.items()], last_id
+
+
+def co_retrieved_edges(
+    *, workspace: Workspace
+) -> list[tuple[int, uuid.UUID, uuid.UUID, int, datetime | None, datetime | None]]:
+    """CO_RETRIEVED edges: (id, source, target, count, first_co_retrieved_at, last_co_retrieved_at)."""
+    rows = (
+        Edge.objects.filter(workspace=workspace, edge_type=EdgeType.CO_RETRIEVED)
+        .order_by("id")
+        .values_list(
+            "id", "source_id", "target_id", "co_retrieval_count", "first_co_retrieved_at", "last_co_retrieved_at"
+        )
+    )
+    return list(rows)
+
+
+# -- runs, records, history -----------------------------------------------------------------------
+
+
+def _parse_run_id(value: object) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise NotFound(f"run {value!r} not found", field="run_id") from None
+
+
+def run_get(*, workspace: Workspace, run_id: object) -> EvolutionRun:
+    run = EvolutionRun.objects.filter(workspace=workspace, id=_parse_run_id(run_id)).first()
+    if run is None:
+        raise NotFound(f"run {run_id} not found in workspace {workspace.slug!r}", field="run_id")
+    return run
+
+
+def run_list(*, workspace: Workspace, limit: int = 50) -> list[EvolutionRun]:
+    """Newest runs first (summary included; records are fetched per run)."""
+    return list(EvolutionRun.objects.filter(workspace=workspace).order_by("-started_at")[: _clamp(limit)])
+
+
+def run_record_count(*, run: EvolutionRun) -> int:
+    return EvolutionRecord.objects.filter(run=run).count()
+
+
+def run_records(*, run: EvolutionRun, after_id: int = 0, limit: int = 100) -> tuple[list[EvolutionRecord], int | None]:
+    """A page of a run's records in order; the second value is the cursor of the next page or None."""
+    size = _clamp(limit)
+    records = list(EvolutionRecord.objects.filter(run=run, id__gt=after_id).order_by("id")[: size + 1])
+    if len(records) > size:
+        return records[:size], records[size - 1].pk
+    return records, None
+
+
+def record_get(*, workspace: Workspace, record_id: object) -> EvolutionRecord:
+    try:
+        pk = int(str(record_id))
+    except ValueError:
+        raise NotFound(f"record {record_id!r} not found", field="record_id") from None
+    record = EvolutionRecord.objects.filter(workspace=workspace, pk=pk).first()
+    if record is None:
+        raise NotFound(f"record {pk} not found in workspace {workspace.slug!r}", field="record_id")
+    return record
+
+
+def memory_history(
+    *, workspace: Workspace, memory_id: uuid.UUID, before_id: int | None = None, limit: int = 50
+) -> tuple[list[EvolutionRecord], int | None]:
+    """Applied records that touched a memory, newest first, and the cursor of the next page or None.
+
+    Dry-run records describe what did not happen, so they are not part of a memory's history.
+    """
+    size = _clamp(limit)
+    links = RecordLink.objects.filter(memory_id=memory_id, record__workspace=workspace, record__dry_run=False)
+    if before_id is not None:
+        links = links.filter(record_id__lt=before_id)
+    ids = list(links.order_by("-record_id").values_list("record_id", flat=True)[: size + 1])
+    more = len(ids) > size
+    ids = ids[:size]
+    by_id = EvolutionRecord.objects.in_bulk(ids)
+    records = [by_id[i] for i in ids if i in by_id]
+    return records, (ids[-1] if more and ids else None)
+
+
+def _clamp(limit: int) -> int:
+    if limit < 1 or limit > 1000:
+        raise InvalidInput("limit: expected an integer between 1 and 1000", field="limit")
+    return limit

@@ -1,0 +1,102 @@
+"""Fixtures for evolution service/API tests: `kit` writes memories straight to the ORM with controlled
+times and vectors, stores retrieval events, runs evolvers at a fixed clock and snapshots every row."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+
+from evolution import services
+from evolution.models import EvolutionRun
+from memories.algorithms.embedding import to_bytes
+from memories.models import Edge, EdgeType, Memory, RetrievalEvent, Workspace
+
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+
+
+class EvolutionKit:
+    NOW = NOW
+
+    def __init__(self, workspace: Workspace, user: Any) -> None:
+        self.workspace = workspace
+        self.user = user
+
+    @staticmethod
+    def unit(*values: float) -> bytes:
+        """A float32 blob of the normalised vector (values padded to 4 dimensions)."""
+        v = np.zeros(4, dtype=np.float64)
+        v[: len(values)] = values
+        return to_bytes(v / np.linalg.norm(v))
+
+    def cosine_pair(self, cos: float) -> tuple[bytes, bytes]:
+        return self.unit(1.0, 0.0), self.unit(cos, float(np.sqrt(1.0 - cos * cos)))
+
+    def mem(
+        self, content: str = "a memory", *, age_days: float = 1.0, ws: Workspace | None = None, **fields: Any
+    ) -> Memory:
+        """One memory row created `age_days` before NOW (no embedding unless given)."""
+        created = NOW - timedelta(days=age_days)
+        values: dict[str, Any] = {
+            "memory_type": "semantic",
+            "created_at": created,
+            "updated_at": created,
+            "activation_last_boost_at": created,
+        }
+        values.update(fields)
+        return Memory.objects.create(id=uuid.uuid4(), workspace=ws or self.workspace, content=content, **values)
+
+    def retrieve(
+        self, memories: Sequence[Memory], *, source: str = "search", age_days: float = 0.5, ws: Workspace | None = None
+    ) -> uuid.UUID:
+        """Store one result set: the memories in rank order, from `source`, `age_days` before NOW."""
+        result_set = uuid.uuid4()
+        RetrievalEvent.objects.bulk_create(
+            [
+                RetrievalEvent(
+                    workspace=ws or self.workspace,
+                    memory=m,
+                    result_set=result_set,
+                    rank=rank,
+                    source=source,
+                    created_at=NOW - timedelta(days=age_days),
+                )
+                for rank, m in enumerate(memories)
+            ]
+        )
+        return result_set
+
+    def run(self, *names: str, dry_run: bool = False, now: datetime = NOW, ws: Workspace | None = None) -> EvolutionRun:
+        return services.evolution_run(
+            workspace=ws or self.workspace, actor=self.user, evolvers=list(names) or None, dry_run=dry_run, now=now
+        )
+
+    def memory_rows(self, ws: Workspace | None = None) -> dict[Any, tuple[Any, ...]]:
+        """Every field of every memory of the workspace, by id (blobs as bytes)."""
+        names = [f.attname for f in Memory._meta.concrete_fields]
+        rows = Memory.objects.filter(workspace=ws or self.workspace).values_list(*names)
+        return {row[0]: tuple(bytes(v) if isinstance(v, memoryview) else v for v in row) for row in rows}
+
+    def edge_rows(self, ws: Workspace | None = None) -> dict[Any, tuple[Any, ...]]:
+        names = [f.attname for f in Edge._meta.concrete_fields]
+        return {row[0]: row for row in Edge.objects.filter(workspace=ws or self.workspace).values_list(*names)}
+
+    @staticmethod
+    def co_edge(a: Memory, b: Memory) -> Edge | None:
+        return (
+            Edge.objects.filter(edge_type=EdgeType.CO_RETRIEVED, source=a, target=b).first()
+            or Edge.objects.filter(edge_type=EdgeType.CO_RETRIEVED, source=b, target=a).first()
+        )
+
+    @staticmethod
+    def retention(m: Memory) -> float:
+        return Memory.objects.values_list("retention_score", flat=True).get(id=m.id)
+
+
+@pytest.fixture
+def kit(workspace: Workspace, user: Any) -> EvolutionKit:
+    return EvolutionKit(workspace, user)
