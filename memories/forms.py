@@ -170,7 +170,12 @@ class BulkActionForm(forms.Form):
 
 
 class MemoryCreateForm(forms.Form):
-    content = forms.CharField(label="Content", max_length=CONTENT_MAX_LENGTH, widget=forms.Textarea(attrs={"rows": 6}))
+    content = forms.CharField(
+        label="Content",
+        max_length=CONTENT_MAX_LENGTH,
+        widget=forms.Textarea(attrs={"rows": 6}),
+        error_messages={"required": "Write the memory's content."},
+    )
     memory_type = forms.ChoiceField(label="Type", choices=MemoryType.choices, initial=MemoryType.SEMANTIC)
     subject = forms.CharField(label="Subject", required=False, max_length=200)
     tags = forms.CharField(
@@ -180,12 +185,6 @@ class MemoryCreateForm(forms.Form):
         help_text="Separate tags with commas.",
     )
     pinned = forms.BooleanField(label="Pin this memory", required=False)
-
-    def clean_content(self) -> str:
-        content = str(self.cleaned_data["content"]).strip()
-        if not content:
-            raise forms.ValidationError("Write the memory's content.")
-        return content
 
     def clean_tags(self) -> tuple[str, ...]:
         tags = [t.strip() for t in str(self.cleaned_data.get("tags") or "").split(",") if t.strip()]
@@ -206,13 +205,13 @@ class MemoryCreateForm(forms.Form):
 
 
 class MemoryEditForm(forms.Form):
-    content = forms.CharField(label="Content", max_length=CONTENT_MAX_LENGTH, widget=forms.Textarea(attrs={"rows": 8}))
-
-    def clean_content(self) -> str:
-        content = str(self.cleaned_data["content"]).strip()
-        if not content:
-            raise forms.ValidationError("A memory cannot be empty; archive it instead.")
-        return content
+    # CharField strips whitespace, so blank content arrives as "required" and gets this message.
+    content = forms.CharField(
+        label="Content",
+        max_length=CONTENT_MAX_LENGTH,
+        widget=forms.Textarea(attrs={"rows": 8}),
+        error_messages={"required": "A memory cannot be empty; archive it instead."},
+    )
 
 
 DELETE_CONFIRM_WORDS = 3
