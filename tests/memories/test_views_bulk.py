@@ -103,7 +103,12 @@ def test_revert_with_csrf_checks_on_uses_the_token_in_the_flash(user: Any, three
     page = client.get("/w/acme/").content.decode()
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
     assert token is not None
-    data = {"ids": [str(m.id) for m in three], "action": "archive", "confirm": "true", "csrfmiddlewaretoken": token.group(1)}
+    data = {
+        "ids": [str(m.id) for m in three],
+        "action": "archive",
+        "confirm": "true",
+        "csrfmiddlewaretoken": token.group(1),
+    }
     assert client.post(BULK, data).status_code == 302
     html = client.get("/w/acme/").content.decode()
     form = re.search(r'action="(/w/acme/records/\d+/revert/)".*?name="csrfmiddlewaretoken" value="([^"]+)"', html)
@@ -123,9 +128,7 @@ def test_add_tag_change_type_and_pin_each_write_one_record(browser: Client, thre
     assert all(memories[m.id].pinned for m in three)
 
 
-def test_memories_that_already_hold_the_value_are_left_out_of_the_record(
-    browser: Client, three: list[Memory]
-) -> None:
+def test_memories_that_already_hold_the_value_are_left_out_of_the_record(browser: Client, three: list[Memory]) -> None:
     Memory.objects.filter(pk=three[0].pk).update(status=Status.ARCHIVED)
     post(browser, three, "archive")
     record = EvolutionRecord.objects.get()

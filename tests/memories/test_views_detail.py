@@ -45,7 +45,7 @@ def linked(workspace: Workspace, make_memory: Callable[..., Memory]) -> tuple[Me
 def test_detail_shows_content_metadata_charts_edges_and_graph(
     browser: Client, linked: tuple[Memory, list[Memory]]
 ) -> None:
-    center, (incident, rfc, _far) = linked
+    center, _ = linked
     html = browser.get(url(center)).content.decode()
     assert "Decision: we picked JWT access tokens" in html
     assert "import:wiki" in html
@@ -76,7 +76,11 @@ def test_detail_query_count_is_fixed(
     now = timezone.now()
     RetrievalEvent.objects.bulk_create(
         RetrievalEvent(
-            workspace=center.workspace, memory=center, result_set=center.id, rank=1, source="search",
+            workspace=center.workspace,
+            memory=center,
+            result_set=center.id,
+            rank=1,
+            source="search",
             created_at=now - timedelta(hours=i),
         )
         for i in range(30)
@@ -211,9 +215,7 @@ def test_rehydrate_restores_the_full_snapshot_and_is_revertible(
     assert len(center.snapshots) == 2
 
 
-def test_rehydrate_without_a_full_snapshot_explains_why(
-    browser: Client, linked: tuple[Memory, list[Memory]]
-) -> None:
+def test_rehydrate_without_a_full_snapshot_explains_why(browser: Client, linked: tuple[Memory, list[Memory]]) -> None:
     center, _ = linked
     Memory.objects.filter(pk=center.pk).update(compression_tier=CompressionTier.SUMMARY, snapshots=[])
     assert "cannot be rehydrated" in browser.get(url(center)).content.decode()
@@ -239,9 +241,7 @@ def test_hard_delete_needs_the_first_words_and_leaves_an_audit_entry(
     assert entry.detail["content"] == "Decision: we picked JWT access tokens"
 
 
-def test_graph_json_has_two_hops_as_cytoscape_elements(
-    browser: Client, linked: tuple[Memory, list[Memory]]
-) -> None:
+def test_graph_json_has_two_hops_as_cytoscape_elements(browser: Client, linked: tuple[Memory, list[Memory]]) -> None:
     center, (incident, rfc, far) = linked
     data = browser.get(url(center, "graph.json")).json()
     hops = {n["data"]["id"]: n["data"]["hops"] for n in data["nodes"]}
@@ -264,9 +264,7 @@ def test_graph_is_capped_and_says_so(browser: Client, workspace: Workspace, make
     assert data["truncated"] is True
 
 
-def test_archive_restore_and_pin_from_the_detail_page(
-    browser: Client, linked: tuple[Memory, list[Memory]]
-) -> None:
+def test_archive_restore_and_pin_from_the_detail_page(browser: Client, linked: tuple[Memory, list[Memory]]) -> None:
     center, _ = linked
     assert browser.post(url(center, "archive/"))["Location"] == url(center)
     center.refresh_from_db()
@@ -279,13 +277,9 @@ def test_archive_restore_and_pin_from_the_detail_page(
     assert [r.action for r in EvolutionRecord.objects.order_by("pk")] == ["archive", "restore", "update"]
 
 
-def test_archive_from_a_list_row_returns_the_row_partial(
-    browser: Client, linked: tuple[Memory, list[Memory]]
-) -> None:
+def test_archive_from_a_list_row_returns_the_row_partial(browser: Client, linked: tuple[Memory, list[Memory]]) -> None:
     center, _ = linked
-    response = browser.post(
-        url(center, "archive/"), HTTP_HX_REQUEST="true", HTTP_HX_TARGET=f"row-{center.id}"
-    )
+    response = browser.post(url(center, "archive/"), HTTP_HX_REQUEST="true", HTTP_HX_TARGET=f"row-{center.id}")
     html = response.content.decode()
     assert html.lstrip().startswith(f'<tr id="row-{center.id}"')
     assert ">Restore<" in html
@@ -329,9 +323,7 @@ def test_viewer_sees_everything_but_no_edit_controls_and_gets_403_on_writes(
     assert center.content.startswith("Decision") and center.status == Status.ACTIVE
 
 
-def test_memory_of_another_workspace_is_404(
-    browser: Client, workspace: Workspace, other_workspace: Workspace
-) -> None:
+def test_memory_of_another_workspace_is_404(browser: Client, workspace: Workspace, other_workspace: Workspace) -> None:
     from memories.inputs import MemoryInput
 
     foreign = services.memory_create(workspace=other_workspace, actor=None, item=MemoryInput(content="secret"))

@@ -57,9 +57,7 @@ def test_non_member_gets_404_without_a_hint(workspace: Workspace, make_user: Cal
     assert b"Acme" not in response.content
 
 
-def test_list_shows_memories_with_live_activation_bars(
-    browser: Client, make_memory: Callable[..., Memory]
-) -> None:
+def test_list_shows_memories_with_live_activation_bars(browser: Client, make_memory: Callable[..., Memory]) -> None:
     memory = make_memory("We picked JWT for the API", memory_type="decision")
     html = browser.get(LIST).content.decode()
     assert "We picked JWT for the API" in html
@@ -84,9 +82,7 @@ def test_filters_combine_type_pinned_origin_and_tag(browser: Client, make_memory
     assert rows_in(browser.get(LIST, params).content.decode()) == [str(wanted.id)]
 
 
-def test_archived_memories_are_hidden_until_asked_for(
-    browser: Client, make_memory: Callable[..., Memory]
-) -> None:
+def test_archived_memories_are_hidden_until_asked_for(browser: Client, make_memory: Callable[..., Memory]) -> None:
     make_memory("active one")
     archived = make_memory("archived one", status=Status.ARCHIVED)
     assert str(archived.id) not in rows_in(browser.get(LIST).content.decode())
@@ -113,9 +109,7 @@ def test_date_range_includes_the_whole_to_day(browser: Client, make_memory: Call
     assert set(rows_in(html)) == {str(morning.id), str(evening.id)}
 
 
-def test_sort_by_activation_now_puts_the_warmest_first(
-    browser: Client, make_memory: Callable[..., Memory]
-) -> None:
+def test_sort_by_activation_now_puts_the_warmest_first(browser: Client, make_memory: Callable[..., Memory]) -> None:
     now = timezone.now()
     cold = make_memory("boosted long ago", created_at=now - timedelta(days=200))
     warm = make_memory("boosted just now", created_at=now - timedelta(days=300))
@@ -209,7 +203,7 @@ def test_new_workspace_teaches_the_curl_line_with_a_token_created_on_demand(
 
     key = Token.objects.get(user=user).key
     html = browser.get(LIST).content.decode()
-    assert f'Authorization: Token {key}' in html
+    assert f"Authorization: Token {key}" in html
     assert "http://testserver/api/v1/workspaces/acme/memories/" in html
     assert AuditEntry.objects.filter(workspace=workspace, action="token.create").count() == 1
     browser.post("/w/acme/token/")
@@ -259,9 +253,7 @@ def test_navigation_links_every_section_even_before_it_exists(browser: Client, w
     assert 'aria-current="page">Memories' in nav
 
 
-def test_workspace_switcher_goes_to_the_chosen_workspace(
-    browser: Client, user: Any, workspace: Workspace
-) -> None:
+def test_workspace_switcher_goes_to_the_chosen_workspace(browser: Client, user: Any, workspace: Workspace) -> None:
     from memories import services
 
     services.workspace_create(owner=user, slug="second", name="Second")
