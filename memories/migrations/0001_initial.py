@@ -66,6 +66,7 @@ class Migration(migrations.Migration):
                 ('summarized_by', models.UUIDField(blank=True, null=True)),
                 ('superseded_by', models.UUIDField(blank=True, null=True)),
                 ('embedding', models.BinaryField(blank=True, null=True)),
+                ('search_indexed', models.BooleanField(default=False, editable=False)),
                 ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
                 ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
                 ('valid_from', models.DateTimeField(blank=True, null=True)),
