@@ -1,0 +1,154 @@
+"""The cycle runner: seed order, failures contained per evolver, progress, dry runs, cursors."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+import pytest
+
+from evolution.evolvers import EVOLVERS, EvolutionResult, default_cycle
+from evolution.models import EvolutionRecord, EvolutionRun, RunStatus
+from memories.errors import InvalidInput
+from memories.models import Memory, Workspace
+
+pytestmark = [pytest.mark.django_db, pytest.mark.api]
+
+SEED_ORDER = [
+    "EnhancedWorkingToEpisodic",
+    "ExponentialDecay",
+    "InterferenceBasedConsolidation",
+    "RetrievalBasedStrengthening",
+    "HebbianCoRetrieval",
+]
+
+
+class Boom:
+    """Writes a change, then fails: the change must not survive."""
+
+    name: ClassVar[str] = "Boom"
+
+    def evolve(
+        self, workspace: Workspace, *, dry_run: bool, run: EvolutionRun | None, now: datetime
+    ) -> EvolutionResult:
+        Memory.objects.filter(workspace=workspace).update(content="clobbered")
+        raise RuntimeError("boom went the evolver")
+
+
+@pytest.fixture
+def boom(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(EVOLVERS, "Boom", Boom)
+
+
+def test_default_cycle_is_the_seed_order() -> None:
+    assert default_cycle()[:5] == SEED_ORDER
+
+
+def test_requested_evolvers_run_in_cycle_order_whatever_the_request_order(kit: Any) -> None:
+    run = kit.run("HebbianCoRetrieval", "exponentialdecayevolver", "EnhancedWorkingToEpisodic")
+    assert [e["name"] for e in run.summary["evolvers"]] == [
+        "EnhancedWorkingToEpisodic",
+        "ExponentialDecay",
+        "HebbianCoRetrieval",
+    ]
+    assert run.evolvers == [e["name"] for e in run.summary["evolvers"]]
+
+
+def test_unknown_evolver_is_refused_naming_it_before_anything_is_written(kit: Any) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        kit.run("ExponentialDecay", "MagicForgetter")
+    assert "MagicForgetter" in caught.value.detail
+    assert caught.value.code == "unknown_evolver"
+    assert not EvolutionRun.objects.exists()
+
+
+def test_a_failing_evolver_is_recorded_and_the_cycle_goes_on(kit: Any, boom: None) -> None:
+    episodic = kit.mem("old episode", memory_type="episodic", age_days=30)
+    run = kit.run("ExponentialDecay", "Boom")
+    decay, failed = run.summary["evolvers"]
+    assert decay["status"] == "ok"
+    assert failed["status"] == "failed"
+    assert "RuntimeError: boom went the evolver" in failed["error"]
+    assert failed["records"] == 0
+    assert run.status == RunStatus.COMPLETED
+    assert run.summary["counts"] == {"records": decay["records"], "ok": 1, "failed": 1}
+    episodic.refresh_from_db()
+    assert episodic.content == "old episode"
+    assert episodic.retention_score == pytest.approx(0.367879, abs=1e-6)
+    assert not EvolutionRecord.objects.filter(run=run, evolver="Boom").exists()
+
+
+def test_a_run_where_every_evolver_failed_is_failed(kit: Any, boom: None) -> None:
+    kit.mem("x")
+    run = kit.run("Boom")
+    assert run.status == RunStatus.FAILED
+    assert run.finished_at is not None
+
+
+def test_progress_is_written_and_published_per_evolver(
+    kit: Any, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    events: list[tuple[int, str, dict[str, Any]]] = []
+    monkeypatch.setattr("memories.live.workspace_event", lambda ws, event, payload: events.append((ws, event, payload)))
+    seen: list[dict[str, Any]] = []
+    from evolution import services
+
+    with django_capture_on_commit_callbacks(execute=True):
+        run = services.evolution_run(
+            workspace=kit.workspace,
+            actor=kit.user,
+            evolvers=["ExponentialDecay", "HebbianCoRetrieval"],
+            dry_run=True,
+            now=kit.NOW,
+            on_progress=seen.append,
+        )
+    assert run.progress == {"evolver": "", "index": 2, "done": 2, "total": 2}
+    assert [p["evolver"] for p in seen if "result" not in p] == ["ExponentialDecay", "HebbianCoRetrieval"]
+    assert [p["result"]["status"] for p in seen if "result" in p] == ["ok", "ok"]
+    published = [p for _, event, p in events if event == "evolution.progress"]
+    assert {p.get("evolver") for p in published} >= {"ExponentialDecay", "HebbianCoRetrieval"}
+    assert published[-1]["status"] == RunStatus.COMPLETED
+    assert all(ws == kit.workspace.pk for ws, _, _ in events)
+
+
+def test_dry_run_changes_nothing_but_keeps_the_run_and_its_records(kit: Any) -> None:
+    for k in range(35):
+        kit.mem(f"working note about deploys {k}", memory_type="working", age_days=0.01)
+    a, b = kit.mem("a", memory_type="episodic", age_days=80), kit.mem("b")
+    for _ in range(5):
+        kit.retrieve([a, b])
+    v1, v2 = kit.cosine_pair(0.97)
+    kit.mem("c", embedding=v1)
+    kit.mem("d", embedding=v2)
+    memories, edges = kit.memory_rows(), kit.edge_rows()
+    run = kit.run(dry_run=True)
+    assert kit.memory_rows() == memories
+    assert kit.edge_rows() == edges
+    assert run.dry_run is True
+    records = EvolutionRecord.objects.filter(run=run)
+    assert records.exists()
+    assert not records.filter(dry_run=False).exists()
+    assert {r.evolver for r in records} == set(SEED_ORDER)
+    promote = records.get(action="promote")
+    assert promote.after["episodes"]
+    assert "planned_edges" in records.get(action="link").after
+
+
+def test_dry_runs_do_not_advance_the_hebbian_watermark(kit: Any) -> None:
+    a, b = kit.mem("a"), kit.mem("b")
+    kit.retrieve([a, b])
+    kit.run("HebbianCoRetrieval", dry_run=True)
+    kit.run("HebbianCoRetrieval")
+    assert kit.co_edge(a, b).co_retrieval_count == 1
+
+
+def test_reverting_a_run_rewinds_its_cursor_so_events_are_counted_again(kit: Any) -> None:
+    from evolution import services
+
+    a, b = kit.mem("a"), kit.mem("b")
+    kit.retrieve([a, b])
+    first = kit.run("HebbianCoRetrieval")
+    services.run_revert(workspace=kit.workspace, run=first, actor=kit.user)
+    assert kit.co_edge(a, b) is None
+    kit.run("HebbianCoRetrieval", now=kit.NOW + timedelta(hours=1))
+    assert kit.co_edge(a, b).co_retrieval_count == 1

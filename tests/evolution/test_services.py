@@ -1,0 +1,202 @@
+"""Reverting records and runs: exact restore, dependency refusals, all-or-nothing, revert records."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from evolution import selectors, services
+from evolution.models import EvolutionRecord, RunStatus
+from memories import services as memory_services
+from memories.errors import Conflict
+from memories.models import Edge, Memory
+
+pytestmark = [pytest.mark.django_db, pytest.mark.api]
+
+
+def busy_workspace(kit: Any) -> None:
+    """Something for every enhanced evolver to do."""
+    for k in range(33):
+        kit.mem(f"note on the billing deploy {k}", memory_type="working", age_days=0.01, tags=["ops"])
+    a = kit.mem("episode a", memory_type="episodic", age_days=75)
+    b = kit.mem("episode b", memory_type="episodic", age_days=10, retention_score=0.7)
+    c = kit.mem("fact c", retention_score=0.4, age_days=50)
+    for _ in range(6):
+        kit.retrieve([a, b, c])
+    v1, v2 = kit.cosine_pair(0.96)
+    kit.mem("similar one", embedding=v1)
+    kit.mem("similar two", embedding=v2)
+
+
+def test_record_revert_restores_the_fields_and_writes_a_revert_record(kit: Any) -> None:
+    m = kit.mem("episode", memory_type="episodic", age_days=30)
+    run = kit.run("ExponentialDecay")
+    record = EvolutionRecord.objects.get(run=run)
+    revert = services.record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
+    m.refresh_from_db()
+    assert m.retention_score == 1.0
+    record.refresh_from_db()
+    assert record.reverted_at is not None
+    assert record.reverted_by_id == revert.pk
+    assert revert.action == "revert"
+    assert revert.actor_id == kit.user.pk
+    assert revert.before == {str(m.id): {"retention_score": pytest.approx(0.367879, abs=1e-6)}}
+    assert revert.after[str(m.id)] == {"retention_score": 1.0}
+
+
+def test_reverting_twice_or_a_dry_run_is_refused(kit: Any) -> None:
+    kit.mem("episode", memory_type="episodic", age_days=30)
+    record = EvolutionRecord.objects.get(run=kit.run("ExponentialDecay"))
+    services.record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
+    with pytest.raises(Conflict) as again:
+        services.record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
+    assert again.value.code == "already_reverted"
+    dry = EvolutionRecord.objects.get(run=kit.run("ExponentialDecay", dry_run=True))
+    with pytest.raises(Conflict) as preview:
+        services.record_revert(workspace=kit.workspace, record_id=dry.pk, actor=kit.user)
+    assert preview.value.code == "dry_run"
+
+
+def test_revert_is_refused_while_a_later_change_depends_on_it(kit: Any) -> None:
+    m = kit.mem("episode", memory_type="episodic", age_days=30)
+    first = EvolutionRecord.objects.get(run=kit.run("ExponentialDecay"))
+    later = EvolutionRecord.objects.get(run=kit.run("ExponentialDecay", now=kit.NOW + timedelta(days=3)))
+    with pytest.raises(Conflict) as caught:
+        services.record_revert(workspace=kit.workspace, record_id=first.pk, actor=kit.user)
+    assert caught.value.code == "revert_conflict"
+    assert "retention_score" in caught.value.detail
+    services.record_revert(workspace=kit.workspace, record_id=later.pk, actor=kit.user)
+    services.record_revert(workspace=kit.workspace, record_id=first.pk, actor=kit.user)
+    m.refresh_from_db()
+    assert m.retention_score == 1.0
+
+
+def test_a_user_edit_after_an_evolver_blocks_its_revert(kit: Any) -> None:
+    sources = [kit.mem(f"deploy note {k}", memory_type="working", age_days=0.01) for k in range(34)]
+    record = EvolutionRecord.objects.get(run=kit.run("EnhancedWorkingToEpisodic"), action="promote")
+    memory_services.memory_update(
+        workspace=kit.workspace,
+        memory=Memory.objects.get(id=sources[0].id),
+        actor=kit.user,
+        changes={"status": "active"},
+    )
+    with pytest.raises(Conflict):
+        services.record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
+
+
+def test_reverting_a_promotion_deletes_the_episode_and_restores_the_sources(kit: Any) -> None:
+    for k in range(34):
+        kit.mem(f"deploy note {k}", memory_type="working", age_days=0.01, metadata={"ref": k})
+    before = kit.memory_rows()
+    record = EvolutionRecord.objects.get(run=kit.run("EnhancedWorkingToEpisodic"), action="promote")
+    assert Memory.objects.filter(memory_type="episodic").count() == 1
+    services.record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
+    assert kit.memory_rows() == before
+    assert not Edge.objects.exists()
+
+
+def test_run_revert_restores_every_row_and_marks_the_run(kit: Any) -> None:
+    busy_workspace(kit)
+    memories, edges = kit.memory_rows(), kit.edge_rows()
+    run = kit.run()
+    assert all(e["status"] == "ok" for e in run.summary["evolvers"]), run.summary
+    assert kit.memory_rows() != memories
+    reverts = services.run_revert(workspace=kit.workspace, run=run, actor=kit.user)
+    assert kit.memory_rows() == memories
+    assert kit.edge_rows() == edges
+    run.refresh_from_db()
+    assert run.status == RunStatus.REVERTED
+    assert len(reverts) == EvolutionRecord.objects.filter(run=run).count()
+    assert not EvolutionRecord.objects.filter(run=run, reverted_at__isnull=True).exists()
+    with pytest.raises(Conflict) as again:
+        services.run_revert(workspace=kit.workspace, run=run, actor=kit.user)
+    assert again.value.code == "already_reverted"
+
+
+def test_run_revert_is_all_or_nothing(kit: Any) -> None:
+    busy_workspace(kit)
+    run = kit.run()
+    episode = Memory.objects.get(memory_type="episodic", origin__startswith="evolver:")
+    # A change nobody recorded to a memory the first evolver created: the oldest record can no longer
+    # be undone, so nothing may be.
+    Memory.objects.filter(id=episode.id).update(retention_score=0.123)
+    Memory.objects.filter(id=episode.id).update(content="edited by hand")
+    EvolutionRecord.objects.create(
+        workspace=kit.workspace,
+        evolver="user",
+        action="update",
+        reason="hand edit",
+        input_ids=[str(episode.id)],
+        output_ids=[str(episode.id)],
+    ).links.create(memory_id=episode.id)
+    middle = kit.memory_rows()
+    with pytest.raises(Conflict):
+        services.run_revert(workspace=kit.workspace, run=run, actor=kit.user)
+    assert kit.memory_rows() == middle
+    assert not EvolutionRecord.objects.filter(run=run, reverted_at__isnull=False).exists()
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPLETED
+
+
+def test_dry_run_runs_cannot_be_reverted(kit: Any) -> None:
+    kit.mem("episode", memory_type="episodic", age_days=30)
+    run = kit.run(dry_run=True)
+    with pytest.raises(Conflict) as caught:
+        services.run_revert(workspace=kit.workspace, run=run, actor=kit.user)
+    assert caught.value.code == "dry_run"
+
+
+def test_a_field_revert_can_itself_be_reverted(kit: Any) -> None:
+    m = kit.mem("episode", memory_type="episodic", age_days=30)
+    record = EvolutionRecord.objects.get(run=kit.run("ExponentialDecay"))
+    revert = services.record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
+    services.record_revert(workspace=kit.workspace, record_id=revert.pk, actor=kit.user)
+    m.refresh_from_db()
+    assert m.retention_score == pytest.approx(0.367879, abs=1e-6)
+
+
+def test_a_revert_that_deleted_rows_cannot_be_redone(kit: Any) -> None:
+    for k in range(34):
+        kit.mem(f"deploy note {k}", memory_type="working", age_days=0.01)
+    record = EvolutionRecord.objects.get(run=kit.run("EnhancedWorkingToEpisodic"), action="promote")
+    revert = services.record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
+    with pytest.raises(Conflict) as caught:
+        services.record_revert(workspace=kit.workspace, record_id=revert.pk, actor=kit.user)
+    assert caught.value.code == "not_revertible"
+
+
+def test_history_lists_records_newest_first_with_reverts(kit: Any) -> None:
+    m = kit.mem("episode", memory_type="episodic", age_days=30)
+    first = EvolutionRecord.objects.get(run=kit.run("ExponentialDecay"))
+    second = EvolutionRecord.objects.get(run=kit.run("ExponentialDecay", now=kit.NOW + timedelta(days=1)))
+    revert = services.record_revert(workspace=kit.workspace, record_id=second.pk, actor=kit.user)
+    kit.run("ExponentialDecay", dry_run=True)
+    records, cursor = selectors.memory_history(workspace=kit.workspace, memory_id=m.id)
+    assert [r.pk for r in records] == [revert.pk, second.pk, first.pk]
+    assert cursor is None
+    page, cursor = selectors.memory_history(workspace=kit.workspace, memory_id=m.id, limit=2)
+    assert [r.pk for r in page] == [revert.pk, second.pk]
+    rest, _ = selectors.memory_history(workspace=kit.workspace, memory_id=m.id, before_id=cursor)
+    assert [r.pk for r in rest] == [first.pk]
+
+
+def test_records_of_a_big_evolver_are_chunked_and_each_memory_keeps_its_reason(kit: Any) -> None:
+    from evolution.evolvers.base import RECORD_CHUNK
+    from memories.models import Memory as M
+
+    M.objects.bulk_create(
+        [
+            M(workspace=kit.workspace, content=f"e{k}", memory_type="episodic", created_at=kit.NOW - timedelta(days=5))
+            for k in range(RECORD_CHUNK + 20)
+        ]
+    )
+    run = kit.run("ExponentialDecay")
+    records = list(EvolutionRecord.objects.filter(run=run).order_by("id"))
+    assert [len(r.input_ids) for r in records] == [RECORD_CHUNK, 20]
+    assert "part 1/2" in records[0].reason
+    some = records[1].input_ids[0]
+    assert records[1].after["reasons"][some].startswith("retention exp(-5.00d/30.00d)")
+    history, _ = selectors.memory_history(workspace=kit.workspace, memory_id=some)
+    assert [r.pk for r in history] == [records[1].pk]
