@@ -12,11 +12,11 @@ from typing import Any, Literal
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection
-from django.db.models import F, Q, QuerySet
+from django.db.models import BooleanField, F, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from evolution.models import EvolutionRecord
-from memories.algorithms.fts import fts5_expression, query_terms, tsquery_expression
+from memories.algorithms.fts import fts5_expression, only_stop_words, query_terms, tsquery_expression
 from memories.errors import Forbidden, InvalidInput, NotFound
 from memories.models import Edge, Membership, Memory, RetrievalEvent, Role, Workspace
 
@@ -126,10 +126,11 @@ def lexical_search(
         )
         params = [fts5_expression(terms), workspace.pk]
     else:
+        config = _pg_config(terms)
         sql = (
-            "SELECT m.id, ts_rank_cd(to_tsvector('english', m.content), q, 32) AS score "
-            "FROM memories_memory m, to_tsquery('english', %s) q "
-            "WHERE m.workspace_id = %s AND to_tsvector('english', m.content) @@ q{status} "
+            f"SELECT m.id, ts_rank_cd(to_tsvector({config}, m.content), q, 32) AS score "
+            f"FROM memories_memory m, to_tsquery({config}, %s) q "
+            f"WHERE m.workspace_id = %s AND to_tsvector({config}, m.content) @@ q{{status}} "
             "ORDER BY score DESC LIMIT %s"
         )
         expr = tsquery_expression(terms)
@@ -156,12 +157,23 @@ def _fts_filter(workspace: Workspace, query: str) -> Q:
             (fts5_expression(terms), workspace.pk),
         )
     else:
+        config = _pg_config(terms)
         raw = RawSQL(
             "SELECT id FROM memories_memory WHERE workspace_id = %s "
-            "AND to_tsvector('english', content) @@ to_tsquery('english', %s)",
+            f"AND to_tsvector({config}, content) @@ to_tsquery({config}, %s)",
             (workspace.pk, tsquery_expression(terms)),
         )
     return Q(id__in=raw)
+
+
+def _pg_config(terms: list[str]) -> str:
+    """The text search configuration literal for `terms`.
+
+    'english' matches the GIN index (mem_content_fts). Its stop list would empty a query made only of
+    stop words ("who is it"), so such a query scans the workspace with 'simple', which keeps them, as
+    SQLite's FTS5 table does.
+    """
+    return "'simple'" if only_stop_words(terms) else "'english'"
 
 
 # -- listing with keyset pagination ---------------------------------------------------------------
@@ -203,22 +215,45 @@ class MemoryPage:
     next_cursor: str | None
 
 
-def encode_cursor(value: Any, memory_id: uuid.UUID) -> str:
+_NULLABLE_COLUMNS = frozenset({"last_accessed"})
+_DATETIME_COLUMNS = frozenset({"created_at", "updated_at", "last_accessed"})
+
+
+def encode_cursor(ordering: str, value: Any, memory_id: uuid.UUID) -> str:
+    """Opaque cursor naming its ordering, so a cursor reused under another ordering is refused."""
     if isinstance(value, datetime):
         value = {"dt": value.isoformat()}
-    raw = json.dumps([value, memory_id.hex], separators=(",", ":")).encode()
+    raw = json.dumps([ordering, value, memory_id.hex], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[Any, uuid.UUID]:
+def decode_cursor(cursor: str, ordering: str) -> tuple[Any, uuid.UUID]:
+    """Return the (sort value, id) a cursor resumes after; InvalidInput for anything not made by
+    encode_cursor for `ordering` (a value of the wrong type would otherwise fail inside the ORM)."""
+    invalid = InvalidInput("cursor: not a cursor returned by this list", field="cursor")
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        value, mid = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        if isinstance(value, dict) and "dt" in value:
+        decoded = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        if not isinstance(decoded, list) or len(decoded) != 3:
+            raise invalid
+        name, value, mid = decoded
+        if name != ordering or not isinstance(mid, str):
+            raise invalid
+        column = ORDERINGS[ordering][0]
+        if value is None:
+            if column not in _NULLABLE_COLUMNS:
+                raise invalid
+        elif column in _DATETIME_COLUMNS:
+            if not isinstance(value, dict) or not isinstance(value.get("dt"), str):
+                raise invalid
             value = datetime.fromisoformat(value["dt"])
+            if value.tzinfo is None:
+                raise invalid
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise invalid
         return value, uuid.UUID(mid)
     except (ValueError, TypeError, KeyError):
-        raise InvalidInput("cursor: not a cursor returned by this list", field="cursor") from None
+        raise invalid from None
 
 
 def memory_queryset(*, workspace: Workspace, filters: MemoryFilters) -> QuerySet[Memory]:
@@ -242,11 +277,18 @@ def memory_queryset(*, workspace: Workspace, filters: MemoryFilters) -> QuerySet
     if filters.created_before is not None:
         qs = qs.filter(created_at__lt=filters.created_before)
     for tag in filters.tags:
-        qs = (
-            qs.filter(tags__contains=[tag])
-            if connection.vendor == "postgresql"
-            else qs.filter(tags__icontains=json.dumps(tag))
-        )
+        if connection.vendor == "postgresql":
+            qs = qs.filter(tags__contains=[tag])
+        else:
+            # Whole, case-sensitive tags as on PostgreSQL (a substring match on the JSON text would
+            # also find "Auth" and unrelated strings containing the quoted tag).
+            qs = qs.filter(
+                RawSQL(
+                    "EXISTS (SELECT 1 FROM json_each(memories_memory.tags) WHERE json_each.value = %s)",
+                    (tag,),
+                    output_field=BooleanField(),
+                )
+            )
     if filters.q:
         qs = qs.filter(_fts_filter(workspace, filters.q))
     return qs
@@ -276,7 +318,7 @@ def memory_list(
     nullable = column == "last_accessed"
     qs = memory_queryset(workspace=workspace, filters=filters)
     if cursor:
-        value, last_id = decode_cursor(cursor)
+        value, last_id = decode_cursor(cursor, ordering)
         if value is None:
             # Already inside the NULL tail: page it by id alone.
             qs = qs.filter(**{f"{column}__isnull": True, f"id__{op}": last_id})
@@ -292,7 +334,7 @@ def memory_list(
     if len(rows) > limit:
         rows = rows[:limit]
         last = rows[-1]
-        next_cursor = encode_cursor(getattr(last, column), last.id)
+        next_cursor = encode_cursor(ordering, getattr(last, column), last.id)
     return MemoryPage(results=rows, next_cursor=next_cursor)
 
 

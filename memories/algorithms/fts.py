@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import re
 
-_WORD = re.compile(r"[^\W_]+(?:[-'][^\W_]+)*", re.UNICODE)
+# A word, possibly joined by hyphens or apostrophes ("real-time", "don't", "O'Brien").
+_WORD = re.compile(r"[^\W_]+(?:[-'\u2019][^\W_]+)*", re.UNICODE)
+_PART = re.compile(r"[^\W_]+", re.UNICODE)
+_POSSESSIVE = re.compile(r"'s$")
 
 _STOP_WORDS_TEXT = (
     "a about above after again against all am an and any are as at be because been before being below "
@@ -28,9 +31,11 @@ MAX_TERMS = 32
 def query_terms(query: str) -> list[str]:
     """Return the distinct lower-cased search terms of `query` in order, stop words removed.
 
-    A query made only of stop words keeps them, so "who is it" still searches for something.
+    A possessive "'s" is dropped ("JWT's" searches for "jwt", as both indexes split it off the
+    text); other joined words stay whole and are searched as a phrase of their parts. A query made
+    only of stop words keeps them, so "who is it" still searches for something.
     """
-    words = [w.lower().replace("'", "") for w in _WORD.findall(query)]
+    words = [_POSSESSIVE.sub("", w.lower().replace("\u2019", "'")) for w in _WORD.findall(query)]
     seen: set[str] = set()
     terms: list[str] = []
     for word in words:
@@ -46,12 +51,30 @@ def query_terms(query: str) -> list[str]:
     return terms[:MAX_TERMS]
 
 
+def only_stop_words(terms: list[str]) -> bool:
+    """True when every term is a stop word: PostgreSQL's english configuration would drop them all."""
+    return bool(terms) and all(t in STOP_WORDS for t in terms)
+
+
 def fts5_expression(terms: list[str]) -> str:
-    """FTS5 MATCH expression ORing the quoted terms (quotes make every term a literal string)."""
+    """FTS5 MATCH expression ORing the quoted terms.
+
+    Quotes make every term a literal string (no operators, no column filters); the tokenizer turns a
+    joined word inside them into a phrase of its parts, as it split the indexed text.
+    """
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
 def tsquery_expression(terms: list[str]) -> str:
-    """PostgreSQL to_tsquery text ORing the terms; each is reduced to characters tsquery accepts."""
-    cleaned = [re.sub(r"[^\w]", "", t) for t in terms]
-    return " | ".join(t for t in cleaned if t)
+    """PostgreSQL to_tsquery text ORing the terms; a joined word becomes a phrase of its parts.
+
+    Only letters and digits reach to_tsquery, so no term can inject tsquery operators.
+    """
+    clauses: list[str] = []
+    for term in terms:
+        parts = _PART.findall(term)
+        if len(parts) == 1:
+            clauses.append(parts[0])
+        elif parts:
+            clauses.append("(" + " <-> ".join(parts) + ")")
+    return " | ".join(clauses)

@@ -178,7 +178,10 @@ def test_conversation_is_parsed_in_order_with_refs() -> None:
         ({"sessions": [{"started_at": "", "turns": [{"speaker": "a", "text": "b"}]}]}, "sessions[0].started_at"),
         ({"sessions": [{"started_at": "soon", "turns": [{"speaker": "a", "text": "b"}]}]}, "sessions[0].started_at"),
         ({"sessions": [{"started_at": "2026-01-01T00:00:00Z", "turns": []}]}, "sessions[0].turns"),
-        ({"sessions": [{"started_at": "2026-01-01T00:00:00Z", "turns": [{"text": "b"}]}]}, "sessions[0].turns[0].speaker"),
+        (
+            {"sessions": [{"started_at": "2026-01-01T00:00:00Z", "turns": [{"text": "b"}]}]},
+            "sessions[0].turns[0].speaker",
+        ),
         (
             {"sessions": [{"started_at": "2026-01-01T00:00:00Z", "turns": [{"speaker": "a", "text": " "}]}]},
             "sessions[0].turns[0].text",

@@ -114,9 +114,7 @@ def test_bulk_created_memories_are_searchable_at_once(workspace: Workspace, user
     assert {mid for mid, _ in hits} == {m.id for m in created[:3]}
 
 
-def test_memories_create_is_all_or_nothing(
-    workspace: Workspace, user: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_memories_create_is_all_or_nothing(workspace: Workspace, user: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     def failing_policy(ws: Workspace, memories: list[Memory], now: datetime) -> None:
         raise RuntimeError("policy failed after the insert")
 

@@ -1,0 +1,171 @@
+"""The full-text index follows every write, and natural-language queries never break the search."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from memories import selectors, services
+from memories.algorithms.fts import fts5_expression, query_terms, tsquery_expression
+from memories.inputs import MemoryInput
+from memories.models import Memory, Workspace
+from memories.selectors import MemoryFilters
+
+pytestmark = [pytest.mark.django_db, pytest.mark.api]
+
+
+def found(workspace: Workspace, query: str) -> set[uuid.UUID]:
+    hits = {mid for mid, _ in selectors.lexical_search(workspace=workspace, query=query, limit=50, statuses=None)}
+    listed = {
+        m.id for m in selectors.memory_list(workspace=workspace, filters=MemoryFilters(q=query), limit=500).results
+    }
+    assert hits == listed, "ranked search and the list filter disagree"
+    return hits
+
+
+# -- the query parser (no database) ---------------------------------------------------------------
+
+
+def test_query_terms_drop_punctuation_stop_words_and_repeats() -> None:
+    assert query_terms("Why did we pick JWT? JWT, tokens!") == ["pick", "jwt", "tokens"]
+
+
+def test_a_query_of_only_stop_words_keeps_them() -> None:
+    assert query_terms("who is it?") == ["who", "is", "it"]
+
+
+def test_fts5_terms_are_quoted_literals() -> None:
+    assert fts5_expression(['a"b', "NEAR", "c*"]) == '"a""b" OR "NEAR" OR "c*"'
+
+
+def test_tsquery_joins_the_parts_of_a_hyphenated_term_as_a_phrase() -> None:
+    assert tsquery_expression(["real-time", "jwt"]) == "(real <-> time) | jwt"
+
+
+# -- staying in sync ------------------------------------------------------------------------------
+
+
+def test_a_new_memory_is_found_by_its_words(workspace: Workspace, make_memory: Callable[..., Memory]) -> None:
+    memory = make_memory("The nginx load balancer has no sticky sessions")
+    make_memory("Lunch is at noon")
+    assert found(workspace, "balancer") == {memory.id}
+    assert found(workspace, "sessions") == {memory.id}
+
+
+def test_memories_created_through_the_orm_are_indexed_too(workspace: Workspace) -> None:
+    memory = Memory.objects.create(workspace=workspace, content="created by the ORM about zookeeper")
+    assert found(workspace, "zookeeper") == {memory.id}
+
+
+def test_an_edit_replaces_the_indexed_words(
+    workspace: Workspace, user: Any, make_memory: Callable[..., Memory]
+) -> None:
+    memory = make_memory("we deploy with ansible")
+    services.memory_update(
+        workspace=workspace, memory=memory, actor=user, changes={"content": "we deploy with terraform"}
+    )
+    assert found(workspace, "ansible") == set()
+    assert found(workspace, "terraform") == {memory.id}
+
+
+def test_a_queryset_update_of_content_is_followed(workspace: Workspace, make_memory: Callable[..., Memory]) -> None:
+    memory = make_memory("first wording with kafka")
+    Memory.objects.filter(id=memory.id).update(content="second wording with rabbitmq")
+    assert found(workspace, "kafka") == set()
+    assert found(workspace, "rabbitmq") == {memory.id}
+
+
+def test_a_deleted_memory_is_no_longer_found(
+    workspace: Workspace, user: Any, make_memory: Callable[..., Memory]
+) -> None:
+    gone = make_memory("grafana dashboards for latency")
+    kept = make_memory("grafana alerts")
+    services.memory_delete_hard(workspace=workspace, memory=gone, actor=user)
+    assert found(workspace, "grafana") == {kept.id}
+    Memory.objects.filter(id=kept.id).delete()
+    assert found(workspace, "grafana") == set()
+
+
+def test_a_replaced_index_row_does_not_shadow_other_memories(
+    workspace: Workspace, user: Any, make_memory: Callable[..., Memory]
+) -> None:
+    a = make_memory("alpha text")
+    b = make_memory("beta text")
+    services.memory_update(workspace=workspace, memory=a, actor=user, changes={"content": "gamma text"})
+    services.memory_delete_hard(workspace=workspace, memory=a, actor=user)
+    c = make_memory("delta text")
+    assert found(workspace, "text") == {b.id, c.id}
+    assert found(workspace, "beta") == {b.id}
+
+
+def test_bulk_and_single_inserts_share_one_index(workspace: Workspace, user: Any) -> None:
+    bulk = services.memories_create(
+        workspace=workspace, actor=user, items=[MemoryInput(content=f"bulk item {i} about consul") for i in range(30)]
+    )
+    single = Memory.objects.create(workspace=workspace, content="single item about consul")
+    more = services.memories_create(workspace=workspace, actor=user, items=[MemoryInput(content="late consul note")])
+    assert found(workspace, "consul") == {m.id for m in bulk} | {single.id} | {more[0].id}
+
+
+# -- queries people type --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "why did we pick JWT?",
+        'JWT "quoted',
+        "JWT AND (",
+        "JWT*",
+        "NEAR(JWT tokens)",
+        "jwt: tokens; -expiry",
+        "JWT's",
+        "col:jwt",
+        "^jwt",
+        "jwt OR",
+        "\\jwt/",
+    ],
+)
+def test_queries_with_punctuation_and_operators_search_for_their_words(
+    workspace: Workspace, make_memory: Callable[..., Memory], query: str
+) -> None:
+    memory = make_memory("Decision: we picked JWT access tokens with a short expiry")
+    make_memory("Lunch is at noon")
+    assert found(workspace, query) == {memory.id}
+
+
+def test_a_query_of_only_stop_words_still_finds_them(workspace: Workspace, make_memory: Callable[..., Memory]) -> None:
+    memory = make_memory("Who is it that we are waiting for")
+    make_memory("Deploy the gateway")
+    assert found(workspace, "who is it?") == {memory.id}
+
+
+def test_a_hyphenated_query_finds_the_hyphenated_text(workspace: Workspace, make_memory: Callable[..., Memory]) -> None:
+    memory = make_memory("The dashboard updates in real-time")
+    make_memory("Real estate and time zones")
+    assert memory.id in found(workspace, "real-time")
+    assert found(workspace, "real-time updates") >= {memory.id}
+
+
+def test_a_query_without_words_finds_nothing(workspace: Workspace, make_memory: Callable[..., Memory]) -> None:
+    make_memory("anything at all")
+    assert selectors.lexical_search(workspace=workspace, query="?! -- ()", limit=10) == []
+
+
+def test_accented_words_are_found_as_written(workspace: Workspace, make_memory: Callable[..., Memory]) -> None:
+    memory = make_memory("Zoë reviewed the café menu")
+    make_memory("Zoe wrote the cafeteria plan")
+    assert memory.id in found(workspace, "Zoë café")
+    assert found(workspace, "café") >= {memory.id}
+
+
+def test_a_possessive_searches_for_its_word() -> None:
+    assert query_terms("JWT's expiry, Dana\u2019s editor") == ["jwt", "expiry", "dana", "editor"]
+
+
+def test_a_contraction_stays_one_phrase() -> None:
+    assert query_terms("don't rotate") == ["don't", "rotate"]
+    assert tsquery_expression(["don't"]) == "(don <-> t)"
