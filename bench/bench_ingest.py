@@ -57,8 +57,14 @@ def main() -> None:
         for i in range(args.count)
     ]
     started = time.perf_counter()
+    lap = started
     for start in range(0, len(items), args.chunk):
         services.memories_create(workspace=workspace, actor=user, items=items[start : start + args.chunk])
+        done = start + args.chunk
+        if done % 20_000 == 0:
+            now = time.perf_counter()
+            print(f"  {done:>7,} memories, last 20k at {20_000 / (now - lap):,.0f}/s", flush=True)
+            lap = now
     elapsed = time.perf_counter() - started
     rate = args.count / elapsed
 
