@@ -244,9 +244,17 @@ def memory_history(
 ) -> tuple[list[EvolutionRecord], int | None]:
     """Applied records that touched a memory, newest first, and the cursor of the next page or None.
 
-    Dry-run records describe what did not happen, so they are not part of a memory's history.
+    Dry-run records describe what did not happen, so they are not part of a memory's history. A memory
+    that no longer exists (an episode removed by a revert) keeps its history; an id never seen in the
+    workspace is NotFound.
     """
     size = _clamp(limit)
+    known = (
+        Memory.objects.filter(workspace=workspace, id=memory_id).exists()
+        or RecordLink.objects.filter(memory_id=memory_id, record__workspace=workspace).exists()
+    )
+    if not known:
+        raise NotFound(f"id: no memory {memory_id} in workspace {workspace.slug!r}", field="id")
     links = RecordLink.objects.filter(memory_id=memory_id, record__workspace=workspace, record__dry_run=False)
     if before_id is not None:
         links = links.filter(record_id__lt=before_id)

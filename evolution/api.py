@@ -1,0 +1,292 @@
+"""REST adapters for evolution runs, records, reverts and memory history: parse, authorize, call, render.
+
+Dry runs are open to every member (they change no memory); applying and reverting need an editor or
+owner. A non-member gets 404 for everything, like a workspace that does not exist.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from evolution import selectors, services
+from evolution.evolvers.base import REASONS
+from evolution.models import EvolutionRecord, EvolutionRun
+from memories import selectors as memory_selectors
+from memories.errors import Forbidden, InvalidInput
+from memories.serializers import ErrorOut
+
+ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
+RUN_FIELDS = frozenset({"evolvers", "dry_run", "apply"})
+RECORDS_PAGE = 100
+# A history entry lists the other memories of its record only when there are few of them.
+HISTORY_MAX_IDS = 20
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+def record_json(record: EvolutionRecord) -> dict[str, Any]:
+    return {
+        "id": record.pk,
+        "run_id": str(record.run_id) if record.run_id else None,
+        "evolver": record.evolver,
+        "action": record.action,
+        "input_ids": record.input_ids,
+        "output_ids": record.output_ids,
+        "reason": record.reason,
+        "timestamp": _iso(record.timestamp),
+        "dry_run": record.dry_run,
+        "before": record.before,
+        "after": record.after,
+        "reverted_at": _iso(record.reverted_at),
+        "reverted_by": record.reverted_by_id,
+    }
+
+
+def history_json(record: EvolutionRecord, memory_id: str) -> dict[str, Any]:
+    """A record as seen from one memory: its own before/after and reason; others' ids when few."""
+    data = record_json(record)
+    reasons = record.after.get(REASONS) or {}
+    data["reason"] = reasons.get(memory_id) or record.reason
+    data["record_reason"] = record.reason
+    data["before"] = {k: v for k, v in record.before.items() if k == memory_id or not _is_memory_key(k)}
+    data["after"] = {
+        k: v for k, v in record.after.items() if (k == memory_id or not _is_memory_key(k)) and k != REASONS
+    }
+    touched = {*record.input_ids, *record.output_ids}
+    data["memory_count"] = len(touched)
+    if len(touched) > HISTORY_MAX_IDS:
+        data["input_ids"] = [i for i in record.input_ids if i == memory_id]
+        data["output_ids"] = [i for i in record.output_ids if i == memory_id]
+        data["ids_truncated"] = True
+    return data
+
+
+def _is_memory_key(key: str) -> bool:
+    try:
+        uuid.UUID(key)
+    except ValueError:
+        return False
+    return True
+
+
+def run_json(run: EvolutionRun, *, after: int = 0, limit: int = RECORDS_PAGE) -> dict[str, Any]:
+    records, next_cursor = selectors.run_records(run=run, after_id=after, limit=limit)
+    return {
+        **run_summary_json(run),
+        "records": [record_json(r) for r in records],
+        "records_count": selectors.run_record_count(run=run),
+        "records_next": next_cursor,
+    }
+
+
+def run_summary_json(run: EvolutionRun) -> dict[str, Any]:
+    return {
+        "run_id": str(run.id),
+        "dry_run": run.dry_run,
+        "status": run.status,
+        "evolvers": run.evolvers,
+        "summary": run.summary,
+        "progress": run.progress,
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "started_by": run.started_by_id,
+    }
+
+
+def _int_param(request: Request, name: str) -> int | None:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        return int(str(raw))
+    except ValueError:
+        raise InvalidInput(f"{name}: expected an integer", field=name) from None
+
+
+def _limit(request: Request, default: int) -> int:
+    value = _int_param(request, "limit")
+    return default if value is None else value
+
+
+def run_input(data: Any) -> tuple[list[str] | None, bool]:
+    """Validate {evolvers?: [names], dry_run?: bool, apply?: bool}; a dry run unless asked otherwise."""
+    if data is None or data == "":
+        data = {}
+    if not isinstance(data, dict):
+        raise InvalidInput("body: expected a JSON object", field="body")
+    unknown = sorted(set(data) - RUN_FIELDS)
+    if unknown:
+        raise InvalidInput(f"{unknown[0]}: unknown field; expected {', '.join(sorted(RUN_FIELDS))}", field=unknown[0])
+    evolvers = data.get("evolvers")
+    if evolvers is not None and (not isinstance(evolvers, list) or not all(isinstance(e, str) for e in evolvers)):
+        raise InvalidInput("evolvers: expected a list of evolver names", field="evolvers")
+    for name in ("dry_run", "apply"):
+        if name in data and not isinstance(data[name], bool):
+            raise InvalidInput(f"{name}: expected true or false", field=name)
+    dry_run = data.get("dry_run", True)
+    if "apply" in data:
+        if "dry_run" in data and data["dry_run"] == data["apply"]:
+            raise InvalidInput("apply: contradicts dry_run", field="apply")
+        dry_run = not data["apply"]
+    return evolvers, dry_run
+
+
+class RunIn(serializers.Serializer[Any]):
+    evolvers = serializers.ListField(child=serializers.CharField(), required=False)
+    dry_run = serializers.BooleanField(default=True, help_text="true (default) previews; false applies")
+    apply = serializers.BooleanField(required=False, help_text="alias: apply=true is dry_run=false")
+
+
+class RecordOut(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    run_id = serializers.CharField(allow_null=True)
+    evolver = serializers.CharField()
+    action = serializers.CharField()
+    input_ids = serializers.ListField(child=serializers.CharField())
+    output_ids = serializers.ListField(child=serializers.CharField())
+    reason = serializers.CharField()
+    timestamp = serializers.DateTimeField()
+    dry_run = serializers.BooleanField()
+    before = serializers.DictField()
+    after = serializers.DictField()
+    reverted_at = serializers.DateTimeField(allow_null=True)
+    reverted_by = serializers.IntegerField(allow_null=True)
+
+
+class RunOut(serializers.Serializer[Any]):
+    run_id = serializers.CharField()
+    dry_run = serializers.BooleanField()
+    status = serializers.CharField()
+    evolvers = serializers.ListField(child=serializers.CharField())
+    summary = serializers.DictField()
+    progress = serializers.DictField()
+    started_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    records = RecordOut(many=True)
+    records_count = serializers.IntegerField()
+    records_next = serializers.IntegerField(allow_null=True)
+
+
+class RunListOut(serializers.Serializer[Any]):
+    results = RunOut(many=True)
+
+
+class HistoryOut(serializers.Serializer[Any]):
+    results = RecordOut(many=True)
+    next = serializers.IntegerField(allow_null=True)
+
+
+class RecordRevertOut(serializers.Serializer[Any]):
+    reverted = RecordOut()
+    revert_record = RecordOut()
+
+
+class RunRevertOut(serializers.Serializer[Any]):
+    run_id = serializers.CharField()
+    status = serializers.CharField()
+    reverted_records = serializers.ListField(child=serializers.IntegerField())
+    revert_records = serializers.ListField(child=serializers.IntegerField())
+
+
+_PAGE_PARAMS = [
+    OpenApiParameter("after", int, description="records after this id (the previous page's records_next)"),
+    OpenApiParameter("limit", int, description=f"records per page, default {RECORDS_PAGE}, at most 1000"),
+]
+
+
+class EvolutionRunListCreateApi(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("limit", int)],
+        responses={200: RunListOut, **ERRORS},
+        operation_id="evolution_runs",
+    )
+    def get(self, request: Request, ws: str) -> Response:
+        access = memory_selectors.workspace_access(user=request.user, slug=ws)
+        runs = selectors.run_list(workspace=access.workspace, limit=_limit(request, 50))
+        return Response({"results": [run_summary_json(r) for r in runs]})
+
+    @extend_schema(request=RunIn, responses={201: RunOut, **ERRORS}, operation_id="evolution_run_create")
+    def post(self, request: Request, ws: str) -> Response:
+        access = memory_selectors.workspace_access(user=request.user, slug=ws)
+        evolvers, dry_run = run_input(request.data)
+        if not dry_run and not access.can_edit:
+            raise Forbidden(
+                f"your role in workspace {ws!r} is {access.role}; applying evolvers needs editor or owner "
+                "(a dry run is open to you)",
+                field="dry_run",
+            )
+        run = services.evolution_run(workspace=access.workspace, actor=request.user, evolvers=evolvers, dry_run=dry_run)
+        return Response(run_json(run), status=status.HTTP_201_CREATED)
+
+
+class EvolutionRunDetailApi(APIView):
+    @extend_schema(parameters=_PAGE_PARAMS, responses={200: RunOut, **ERRORS}, operation_id="evolution_run")
+    def get(self, request: Request, ws: str, run_id: str) -> Response:
+        access = memory_selectors.workspace_access(user=request.user, slug=ws)
+        run = selectors.run_get(workspace=access.workspace, run_id=run_id)
+        after = _int_param(request, "after") or 0
+        return Response(run_json(run, after=after, limit=_limit(request, RECORDS_PAGE)))
+
+
+class EvolutionRunRevertApi(APIView):
+    @extend_schema(request=None, responses={200: RunRevertOut, **ERRORS}, operation_id="evolution_run_revert")
+    def post(self, request: Request, ws: str, run_id: str) -> Response:
+        access = memory_selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        run = selectors.run_get(workspace=access.workspace, run_id=run_id)
+        reverts = services.run_revert(workspace=access.workspace, run=run, actor=request.user)
+        return Response(
+            {
+                "run_id": str(run.id),
+                "status": run.status,
+                "reverted_records": [r.after.get(services.REVERTED_RECORD) for r in reverts],
+                "revert_records": [r.pk for r in reverts],
+            }
+        )
+
+
+class EvolutionRecordDetailApi(APIView):
+    @extend_schema(responses={200: RecordOut, **ERRORS}, operation_id="evolution_record")
+    def get(self, request: Request, ws: str, record_id: str) -> Response:
+        access = memory_selectors.workspace_access(user=request.user, slug=ws)
+        record = selectors.record_get(workspace=access.workspace, record_id=record_id)
+        return Response(record_json(record))
+
+
+class EvolutionRecordRevertApi(APIView):
+    @extend_schema(request=None, responses={200: RecordRevertOut, **ERRORS}, operation_id="evolution_record_revert")
+    def post(self, request: Request, ws: str, record_id: str) -> Response:
+        access = memory_selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        record = selectors.record_get(workspace=access.workspace, record_id=record_id)
+        revert = services.record_revert(workspace=access.workspace, record_id=record.pk, actor=request.user)
+        record.refresh_from_db()
+        return Response({"reverted": record_json(record), "revert_record": record_json(revert)})
+
+
+class MemoryHistoryApi(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("limit", int, description="records per page, default 50"),
+            OpenApiParameter("before", int, description="records older than this id (the previous page's next)"),
+        ],
+        responses={200: HistoryOut, **ERRORS},
+        operation_id="memory_history",
+    )
+    def get(self, request: Request, ws: str, memory_id: str) -> Response:
+        access = memory_selectors.workspace_access(user=request.user, slug=ws)
+        mid = memory_selectors.parse_memory_id(memory_id)
+        records, next_cursor = selectors.memory_history(
+            workspace=access.workspace,
+            memory_id=mid,
+            before_id=_int_param(request, "before"),
+            limit=_limit(request, 50),
+        )
+        return Response({"results": [history_json(r, str(mid)) for r in records], "next": next_cursor})
