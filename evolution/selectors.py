@@ -196,6 +196,24 @@ def co_retrieved_edges(
 # -- runs, records, history -----------------------------------------------------------------------
 
 
+def workspace_by_slug(*, slug: str) -> Workspace:
+    """For management commands, which act as the operator rather than as a member."""
+    workspace = Workspace.objects.filter(slug=slug).first()
+    if workspace is None:
+        raise NotFound(f"workspace {slug!r} not found", field="workspace")
+    return workspace
+
+
+def workspace_of_memory(*, memory_id: uuid.UUID) -> Workspace:
+    """The workspace a memory belongs (or, for a memory removed by a revert, belonged) to."""
+    workspace = Workspace.objects.filter(memories__id=memory_id).first()
+    if workspace is None:
+        workspace = Workspace.objects.filter(evolution_records__links__memory_id=memory_id).first()
+    if workspace is None:
+        raise NotFound(f"no memory {memory_id}", field="id")
+    return workspace
+
+
 def _parse_run_id(value: object) -> uuid.UUID:
     try:
         return uuid.UUID(str(value))
