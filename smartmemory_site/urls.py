@@ -10,6 +10,7 @@ from smartmemory_site.health import healthz
 api_patterns = [
     path("", include("memories.api_urls")),
     path("", include("evolution.api_urls")),
+    path("", include("evolution.typed_urls")),
 ]
 
 urlpatterns = [

@@ -22,6 +22,10 @@ from evolution.evolvers.base import (
 # Registration order is cycle order: the seed's enhanced cycle first.
 from evolution.evolvers import enhanced  # noqa: F401  isort: skip
 
+# Then the typedmem evolvers of seed 003 (drift, goals, summary proposals; the contradiction surfacer
+# runs only when named).
+from evolution.evolvers import typed  # noqa: F401  isort: skip
+
 __all__ = [
     "EVOLVERS",
     "EvolutionResult",

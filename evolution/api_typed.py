@@ -1,0 +1,102 @@
+"""REST for typed memory: contradiction clusters, drift flags, goal resolution revert. Adapters only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from evolution import typed_selectors
+from evolution.evolvers.typed import goal_resolution_revert
+from memories import selectors
+from memories.errors import InvalidInput
+from memories.serializers import ErrorOut, MemoryOut, memory_json
+
+ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
+
+
+class ContradictionListApi(APIView):
+    class ClusterOut(serializers.Serializer[Any]):
+        ids = serializers.ListField(child=serializers.UUIDField())
+        memories = MemoryOut(many=True)
+
+    class OutputSerializer(serializers.Serializer[Any]):
+        clusters = serializers.ListField(help_text="connected components of conflicts_with, largest first")
+
+    @extend_schema(responses={200: OutputSerializer, **ERRORS})
+    def get(self, request: Request, ws: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws)
+        now = timezone.now()
+        clusters = typed_selectors.contradiction_clusters(workspace=access.workspace)
+        return Response(
+            {
+                "clusters": [
+                    {
+                        "ids": c.ids,
+                        "memories": [memory_json(m, now, workspace=access.workspace) for m in c.memories],
+                    }
+                    for c in clusters
+                ]
+            }
+        )
+
+
+class DriftFlagListApi(APIView):
+    class FlagOut(serializers.Serializer[Any]):
+        memory_id = serializers.UUIDField()
+        memory_type = serializers.CharField()
+        subject = serializers.CharField()
+        content = serializers.CharField()
+        reason = serializers.CharField()
+        replaces_in_window = serializers.IntegerField()
+        first_replace_at = serializers.DateTimeField()
+        last_replace_at = serializers.DateTimeField()
+        flagged_at = serializers.DateTimeField()
+        window_days = serializers.FloatField()
+
+    class OutputSerializer(serializers.Serializer[Any]):
+        results = serializers.ListField(help_text="drift flags, newest first")
+
+    @extend_schema(
+        parameters=[OpenApiParameter("limit", int, description="1..1000, default 200")],
+        responses={200: OutputSerializer, **ERRORS},
+    )
+    def get(self, request: Request, ws: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws)
+        raw = request.query_params.get("limit") or "200"
+        try:
+            limit = int(raw)
+        except ValueError:
+            raise InvalidInput("limit: expected an integer", field="limit") from None
+        rows = typed_selectors.drift_flag_rows(workspace=access.workspace, limit=limit)
+        return Response(
+            {
+                "results": [
+                    {
+                        **r.flag,
+                        "memory_id": str(r.memory_id),
+                        "memory_type": r.memory_type,
+                        "subject": r.subject,
+                        "content": r.content,
+                    }
+                    for r in rows
+                ]
+            }
+        )
+
+
+class GoalResolutionRevertApi(APIView):
+    class OutputSerializer(serializers.Serializer[Any]):
+        goal_id = serializers.UUIDField()
+        revert_record_id = serializers.IntegerField()
+
+    @extend_schema(request=None, responses={200: OutputSerializer, **ERRORS})
+    def post(self, request: Request, ws: str, goal_id: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        record = goal_resolution_revert(workspace=access.workspace, goal_id=goal_id, actor=request.user)
+        return Response({"goal_id": goal_id, "revert_record_id": record.pk})

@@ -1,0 +1,241 @@
+"""Reads for typed memory: contradiction clusters, drift flags, goals and evidence, summary and
+compression candidates, proposals. Whole-workspace inputs are `values_list` loads (one query each)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from evolution.algorithms.typed import contradiction_clusters as cluster_algorithm
+from evolution.models import Proposal, ProposalKind, ProposalStatus
+from memories.algorithms.embedding import BLOB_DTYPE, Embedder, FloatMatrix
+from memories.errors import InvalidInput, NotFound
+from memories.models import CompressionTier, Memory, MemoryType, Status, Workspace
+
+_IN_CHUNK = 900
+
+
+# -- contradictions and drift ---------------------------------------------------------------------
+
+
+def conflict_edges(*, workspace: Workspace) -> list[tuple[str, str]]:
+    """conflicts_with links between active memories (a retired or archived end is no live contradiction)."""
+    rows = list(
+        Memory.objects.filter(workspace=workspace, status=Status.ACTIVE)
+        .exclude(conflicts_with=[])
+        .values_list("id", "conflicts_with")
+    )
+    active = {str(mid) for mid, _ in rows}
+    return [(str(mid), str(other)) for mid, links in rows for other in links or () if str(other) in active]
+
+
+@dataclass(frozen=True)
+class ContradictionCluster:
+    ids: list[str]
+    memories: list[Memory]
+
+
+def contradiction_clusters(*, workspace: Workspace) -> list[ContradictionCluster]:
+    """Connected components (>= 2 memories) of the conflicts_with graph, largest first, with their rows."""
+    clusters = cluster_algorithm(conflict_edges(workspace=workspace))
+    wanted = [uuid.UUID(i) for c in clusters for i in c]
+    rows = memories_in(workspace=workspace, ids=wanted)
+    return [ContradictionCluster(ids=c, memories=[rows[uuid.UUID(i)] for i in c]) for c in clusters]
+
+
+def memories_in(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Memory]:
+    found: dict[uuid.UUID, Memory] = {}
+    for start in range(0, len(ids), _IN_CHUNK):
+        found.update(
+            (m.id, m) for m in Memory.objects.filter(workspace=workspace, id__in=list(ids[start : start + _IN_CHUNK]))
+        )
+    return found
+
+
+def drift_inputs(
+    *, workspace: Workspace, memory_types: Sequence[str] | None
+) -> list[tuple[uuid.UUID, str, str, list[str], list[dict[str, Any]]]]:
+    """Active memories that were ever replaced: (id, memory_type, subject, replace_log, drift_flags)."""
+    rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE, replace_count__gt=0)
+    if memory_types:
+        rows = rows.filter(memory_type__in=list(memory_types))
+    return list(rows.values_list("id", "memory_type", "subject", "replace_log", "drift_flags"))
+
+
+@dataclass(frozen=True)
+class DriftFlagRow:
+    memory_id: uuid.UUID
+    memory_type: str
+    subject: str
+    content: str
+    flag: dict[str, Any]
+
+
+def drift_flag_rows(*, workspace: Workspace, limit: int = 200) -> list[DriftFlagRow]:
+    """Every drift flag of the workspace's active memories, newest flag first (at most `limit`)."""
+    if not 1 <= limit <= 1000:
+        raise InvalidInput("limit: expected an integer between 1 and 1000", field="limit")
+    rows = (
+        Memory.objects.filter(workspace=workspace, status=Status.ACTIVE)
+        .exclude(drift_flags=[])
+        .values_list("id", "memory_type", "subject", "content", "drift_flags")
+    )
+    out = [
+        DriftFlagRow(mid, memory_type, subject, content, flag)
+        for mid, memory_type, subject, content, flags in rows
+        for flag in flags or ()
+        if isinstance(flag, dict)
+    ]
+    out.sort(key=lambda r: (str(r.flag.get("flagged_at", "")), str(r.memory_id)), reverse=True)
+    return out[:limit]
+
+
+# -- goals ----------------------------------------------------------------------------------------
+
+
+def vectors_of(rows: Sequence[tuple[uuid.UUID, str, bytes | memoryview | None]], embedder: Embedder) -> FloatMatrix:
+    """(n, dim) float32 matrix of stored embeddings; rows without a usable vector (none stored, or one of
+    another embedder's size) are embedded from their content now (not written back)."""
+    dim = embedder.dim
+    width = dim * BLOB_DTYPE.itemsize
+    out = np.zeros((len(rows), dim), dtype=np.float32)
+    missing: list[int] = []
+    for k, (_, _, blob) in enumerate(rows):
+        if blob is not None and len(blob) == width:
+            out[k] = np.frombuffer(bytes(blob), dtype=BLOB_DTYPE)
+        else:
+            missing.append(k)
+    if missing:
+        out[missing] = embedder.embed([rows[k][1] for k in missing])
+    return out
+
+
+def active_goals(*, workspace: Workspace) -> list[tuple[uuid.UUID, str, bytes | memoryview | None, Any]]:
+    """Active goals: (id, content, embedding, metadata), oldest first."""
+    rows = (
+        Memory.objects.filter(workspace=workspace, memory_type=MemoryType.GOAL, status=Status.ACTIVE)
+        .order_by("created_at", "id")
+        .values_list("id", "content", "embedding", "metadata")
+    )
+    return list(rows)
+
+
+def evidence_rows(
+    *, workspace: Workspace, memory_types: Sequence[str]
+) -> list[tuple[uuid.UUID, str, bytes | memoryview | None]]:
+    """Active memories that could resolve a goal: (id, content, embedding), oldest first."""
+    rows = (
+        Memory.objects.filter(workspace=workspace, memory_type__in=list(memory_types), status=Status.ACTIVE)
+        .order_by("created_at", "id")
+        .values_list("id", "content", "embedding")
+    )
+    return list(rows)
+
+
+# -- summaries and compression --------------------------------------------------------------------
+
+
+def summary_rows(
+    *, workspace: Workspace, memory_types: Sequence[str]
+) -> list[tuple[uuid.UUID, str, str, float, datetime, list[str], uuid.UUID | None]]:
+    """Active memories of `memory_types` with a subject: (id, type, subject, confidence, created_at,
+    summarizes, summarized_by), oldest first."""
+    rows = (
+        Memory.objects.filter(workspace=workspace, status=Status.ACTIVE, memory_type__in=list(memory_types))
+        .exclude(subject="")
+        .order_by("created_at", "id")
+        .values_list("id", "memory_type", "subject", "confidence", "created_at", "summarizes", "summarized_by")
+    )
+    return list(rows)
+
+
+def contents_of(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+    found: dict[uuid.UUID, str] = {}
+    for start in range(0, len(ids), _IN_CHUNK):
+        chunk = list(ids[start : start + _IN_CHUNK])
+        found.update(Memory.objects.filter(workspace=workspace, id__in=chunk).values_list("id", "content"))
+    return found
+
+
+def pending_summary_sources(*, workspace: Workspace) -> set[str]:
+    """Memory ids already in a pending summary proposal (they wait for a person, not for a second one)."""
+    rows = Proposal.objects.filter(
+        workspace=workspace, kind=ProposalKind.SUMMARY, status=ProposalStatus.PENDING
+    ).values_list("source_ids", flat=True)
+    return {str(i) for ids in rows for i in ids or ()}
+
+
+def proposal_keys(*, workspace: Workspace, keys: Sequence[str]) -> set[str]:
+    """Which of `keys` already name a proposal of the workspace (in any state)."""
+    found: set[str] = set()
+    for start in range(0, len(keys), _IN_CHUNK):
+        chunk = list(keys[start : start + _IN_CHUNK])
+        found.update(
+            Proposal.objects.filter(workspace=workspace, dedupe_key__in=chunk).values_list("dedupe_key", flat=True)
+        )
+    return found
+
+
+def compression_rows(*, workspace: Workspace) -> list[tuple[uuid.UUID, float, datetime, int, int]]:
+    """Memories that may still move down the ladder: (id, stored activation, created_at, origin_tier,
+    compression_tier) of active or archived, unpinned memories above TOMBSTONE."""
+    rows = Memory.objects.filter(
+        workspace=workspace,
+        status__in=[Status.ACTIVE, Status.ARCHIVED],
+        pinned=False,
+        compression_tier__lt=CompressionTier.TOMBSTONE,
+    ).values_list("id", "activation_score", "created_at", "origin_tier", "compression_tier")
+    return list(rows)
+
+
+def compression_contents(
+    *, workspace: Workspace, ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, tuple[str, list[dict[str, Any]]]]:
+    found: dict[uuid.UUID, tuple[str, list[dict[str, Any]]]] = {}
+    for start in range(0, len(ids), _IN_CHUNK):
+        chunk = list(ids[start : start + _IN_CHUNK])
+        for mid, content, snapshots in Memory.objects.filter(workspace=workspace, id__in=chunk).values_list(
+            "id", "content", "snapshots"
+        ):
+            found[mid] = (content, list(snapshots or []))
+    return found
+
+
+# -- proposals ------------------------------------------------------------------------------------
+
+
+def proposal_list(
+    *, workspace: Workspace, status: str = "", kind: str = "", after_id: int = 0, limit: int = 100
+) -> tuple[list[Proposal], int | None]:
+    """Proposals oldest first (the review queue), filtered by status and kind; (page, next cursor)."""
+    if status and status not in ProposalStatus.values:
+        raise InvalidInput(f"status: {status!r} is not one of {', '.join(ProposalStatus.values)}", field="status")
+    if kind and kind not in ProposalKind.values:
+        raise InvalidInput(f"kind: {kind!r} is not one of {', '.join(ProposalKind.values)}", field="kind")
+    if not 1 <= limit <= 500:
+        raise InvalidInput("limit: expected an integer between 1 and 500", field="limit")
+    rows = Proposal.objects.filter(workspace=workspace, id__gt=after_id)
+    if status:
+        rows = rows.filter(status=status)
+    if kind:
+        rows = rows.filter(kind=kind)
+    page = list(rows.order_by("id")[: limit + 1])
+    if len(page) > limit:
+        return page[:limit], page[limit - 1].pk
+    return page, None
+
+
+def proposal_get(*, workspace: Workspace, proposal_id: object) -> Proposal:
+    try:
+        pk = int(str(proposal_id))
+    except ValueError:
+        raise NotFound(f"proposal {proposal_id!r} not found", field="proposal_id") from None
+    proposal = Proposal.objects.filter(workspace=workspace, pk=pk).first()
+    if proposal is None:
+        raise NotFound(f"proposal {pk} not found in workspace {workspace.slug!r}", field="proposal_id")
+    return proposal
