@@ -68,6 +68,22 @@ def origin_tier(origin: str) -> int:
     return 2
 
 
+def _refuse_nul(value: str, name: str) -> None:
+    # PostgreSQL text and jsonb cannot hold U+0000; refusing it here keeps both backends alike.
+    if "\x00" in value:
+        raise InvalidInput(f"{name}: must not contain the NUL character (U+0000)", field=name)
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
 def _require_mapping(value: Any, name: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise InvalidInput(f"{name}: expected a JSON object", field=name)
@@ -87,6 +103,7 @@ def _string(data: Mapping[str, Any], key: str, prefix: str, *, max_len: int, req
         raise InvalidInput(f"{name}: must not be blank", field=name)
     if len(value) > max_len:
         raise InvalidInput(f"{name}: longer than {max_len} characters", field=name)
+    _refuse_nul(value, name)
     return value
 
 
@@ -133,6 +150,7 @@ def validate_tags(value: Any, name: str) -> tuple[str, ...]:
             raise InvalidInput(f"{name}: tags must not be blank", field=name)
         if len(tag) > MAX_TAG_CHARS:
             raise InvalidInput(f"{name}: a tag is longer than {MAX_TAG_CHARS} characters", field=name)
+        _refuse_nul(tag, name)
         if tag not in cleaned:
             cleaned.append(tag)
     return tuple(cleaned)
@@ -149,6 +167,8 @@ def validate_metadata(value: Any, name: str) -> dict[str, Any]:
         raise InvalidInput(f"{name}: must be plain JSON (no NaN or non-JSON values)", field=name) from None
     if len(encoded.encode()) > MAX_METADATA_BYTES:
         raise InvalidInput(f"{name}: larger than {MAX_METADATA_BYTES} bytes", field=name)
+    if _has_nul(value):
+        raise InvalidInput(f"{name}: must not contain the NUL character (U+0000)", field=name)
     return value
 
 
@@ -167,6 +187,7 @@ def validate_content(value: Any, name: str) -> str:
         raise InvalidInput(f"{name}: must not be blank", field=name)
     if len(value) > MAX_CONTENT_CHARS:
         raise InvalidInput(f"{name}: longer than {MAX_CONTENT_CHARS} characters", field=name)
+    _refuse_nul(value, name)
     return value
 
 
@@ -331,6 +352,7 @@ def _one_of(value: Any, name: str, choices: list[str]) -> str:
 def _subject(value: Any, name: str) -> str:
     if not isinstance(value, str) or len(value) > 200:
         raise InvalidInput(f"{name}: expected a string of at most 200 characters", field=name)
+    _refuse_nul(value, name)
     return value.strip()
 
 

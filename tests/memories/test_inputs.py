@@ -227,3 +227,28 @@ def test_patch_validates_each_field_as_on_create() -> None:
 )
 def test_bad_patches_are_rejected_by_name(body: Any, field: str) -> None:
     assert field_of(memory_patch_input, body) == field
+
+
+@pytest.mark.parametrize(
+    ("call", "body", "field"),
+    [
+        (memory_input, {"content": "a\x00b"}, "content"),
+        (memory_input, {"content": "x", "subject": "\x00"}, "subject"),
+        (memory_input, {"content": "x", "origin": "api:\x00"}, "origin"),
+        (memory_input, {"content": "x", "tags": ["t\x00"]}, "tags"),
+        (memory_input, {"content": "x", "metadata": {"k": ["deep", {"v": "\x00"}]}}, "metadata"),
+        (memory_input, {"content": "x", "metadata": {"k\x00": 1}}, "metadata"),
+        (memory_patch_input, {"subject": "\x00"}, "subject"),
+        (
+            conversation_input,
+            {"sessions": [{"started_at": "2026-01-01T00:00:00Z", "turns": [{"speaker": "a\x00", "text": "b"}]}]},
+            "sessions[0].turns[0].speaker",
+        ),
+    ],
+)
+def test_the_nul_character_is_refused_everywhere(call: Any, body: dict[str, Any], field: str) -> None:
+    assert field_of(call, body) == field
+
+
+def test_a_backslash_u_sequence_in_metadata_is_plain_text() -> None:
+    assert memory_input({"content": "x", "metadata": {"k": "\\u0000"}}).metadata == {"k": "\\u0000"}
