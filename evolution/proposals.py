@@ -9,6 +9,10 @@ Appliers: `register_proposal_applier(kind, fn)`; `fn(workspace, proposal, actor,
 `proposal.payload` and returns the saved EvolutionRecord of the change (or None when approving records
 a decision only). A kind without an applier is approved as a decision only, so other apps (the
 strategy engine) decide for themselves what approval means for their kinds.
+
+Rejecters: `register_proposal_rejecter(kind, fn)`; `fn(workspace, proposal, actor, now)` runs inside the
+rejecting transaction after the decision is stored (the engine records a failure and lowers the weight of
+similar strategies), so a reject through any entry point has the same consequences.
 """
 
 from __future__ import annotations
@@ -39,7 +43,10 @@ SUMMARY_EVOLVER = "SummaryEvolver"
 SUMMARY_EDITABLE = frozenset({"content", "subject", "confidence", "memory_type"})
 MAX_REASON_CHARS = 2000
 
+Rejecter = Callable[[Workspace, Proposal, User | None, datetime], None]
+
 _APPLIERS: dict[str, Applier] = {}
+_REJECTERS: dict[str, Rejecter] = {}
 
 
 def register_proposal_applier(kind: str, applier: Applier) -> None:
@@ -50,6 +57,16 @@ def register_proposal_applier(kind: str, applier: Applier) -> None:
     if existing is not None and existing is not applier:
         raise ValueError(f"proposals of kind {kind!r} already have an applier")
     _APPLIERS[kind] = applier
+
+
+def register_proposal_rejecter(kind: str, rejecter: Rejecter) -> None:
+    """Make `rejecter` what follows a rejection of a proposal of `kind` (one rejecter per kind)."""
+    if kind not in ProposalKind.values:
+        raise ValueError(f"{kind!r} is not a proposal kind")
+    existing = _REJECTERS.get(kind)
+    if existing is not None and existing is not rejecter:
+        raise ValueError(f"proposals of kind {kind!r} already have a rejecter")
+    _REJECTERS[kind] = rejecter
 
 
 def proposal_create(
@@ -172,9 +189,13 @@ def proposal_reject(
     proposal = _locked(workspace, proposal_id)
     proposal.status = ProposalStatus.REJECTED
     proposal.decided_by = audit.actor_or_none(actor)
-    proposal.decided_at = now or timezone.now()
+    decided_at = now or timezone.now()
+    proposal.decided_at = decided_at
     proposal.decision_reason = _reason(reason)
     proposal.save(update_fields=["status", "decided_by", "decided_at", "decision_reason"])
+    rejecter = _REJECTERS.get(proposal.kind)
+    if rejecter is not None:
+        rejecter(workspace, proposal, actor, decided_at)
     _announce(workspace, proposal)
     return proposal
 
