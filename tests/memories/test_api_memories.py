@@ -99,3 +99,26 @@ def test_unauthenticated_is_rejected(workspace: Workspace) -> None:
     response = APIClient().get(url("acme", "memories"))
     assert response.status_code in (401, 403)
     assert "error" in response.json()
+
+
+def test_the_memory_list_costs_the_same_queries_for_any_page_size(
+    api: APIClient, workspace: Workspace, django_assert_num_queries: Any
+) -> None:
+    items = [{"content": f"kafka note {i}", "tags": ["infra"], "metadata": {"i": i}} for i in range(40)]
+    api.post(url("acme", "memories", "bulk"), {"items": items}, format="json")
+    # token lookup, membership + workspace, the page
+    for params in ({"limit": 1}, {"limit": 40}, {"limit": 40, "q": "kafka", "type": "semantic", "tag": "infra"}):
+        with django_assert_num_queries(3):
+            response = api.get(url("acme", "memories"), params)
+        assert response.status_code == 200
+        assert len(response.json()["results"]) == params["limit"]
+
+
+def test_reading_one_memory_costs_three_queries(
+    api: APIClient, workspace: Workspace, django_assert_num_queries: Any
+) -> None:
+    mid = api.post(url("acme", "memories"), {"content": "JWT"}, format="json").json()["id"]
+    # token lookup, membership + workspace, the memory; the boost is queued, not written
+    with django_assert_num_queries(3):
+        response = api.get(url("acme", "memories", mid))
+    assert response.status_code == 200
