@@ -32,7 +32,8 @@ entry, unknown and repeated fields are problems. Every value is one line.
       LESSON: ...
 
 * ``proposals/pending.md``, every proposal whatever its status (so a decided key is never proposed again),
-  sorted by number; required fields Status (pending, approved, rejected, modified), Weight, Rule, Created;
+  sorted by number; required fields Status (pending, approved, rejected, modified, or vetoed: refused by the
+  covenant, the reasons in Reason), Weight, Rule, Created;
   optional Key, Task type, Evidence (refs separated by ``, ``), Decided (not when pending), Reason::
 
       ## [P-001] title
@@ -54,7 +55,8 @@ and the line the value starts on.
   shape is checked: ``{"approaches": [{"task_type", "approach", "successes", "failures", "rate"}],
   "task_types": [{"task_type", "successes", "failures", "rate", "best_approach"}]}``.
 * ``engine/evo_devo.json``: ``{"strategies": [{"key", "title", "rule", "weight", "status":
-  "proposed"|"approved"|"rejected", "created_at", "task_type", "evidence": [...], "proposal_id"}]}`` by key.
+  "proposed"|"approved"|"rejected"|"vetoed", "created_at", "task_type", "evidence": [...],
+  "proposal_id"}]}`` by key.
 * ``engine/decay-scores.json``: ``{"items": [{"key", "tier", "kind", "is_correction", "base",
   "access_count", "last_access", "recent_uses": [...], "score", "scored_at"}]}`` by key.
 * ``meta.json``: ``{"format": "memory-evolution", "version": 1, "exported_at", "workspace"}``; only
@@ -82,8 +84,8 @@ from evolution.algorithms.tiers import HOT_WINDOW_DAYS, ItemKind, Tier, TierItem
 
 Area = Literal["hot", "project", "domain", "archive"]
 Origin = Literal["manual", "engine"]
-ProposalStatus = Literal["pending", "approved", "rejected", "modified"]
-StrategyStatus = Literal["proposed", "approved", "rejected"]
+ProposalStatus = Literal["pending", "approved", "rejected", "modified", "vetoed"]
+StrategyStatus = Literal["proposed", "approved", "rejected", "vetoed"]
 SensorResult = Literal["success", "fail"]
 
 FORMAT_NAME: Final = "memory-evolution"
