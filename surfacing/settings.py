@@ -1,0 +1,234 @@
+"""Per-workspace surfacing settings (defaults = the seed values) and the evolution settings hook.
+
+A workspace stores only its overrides (``Workspace.surfacing_settings``); the effective settings are the
+defaults below with those overrides on top, and every request may override them again
+(``settings_override``). Every value is validated here, and a bad one is an InvalidInput naming the field
+as ``surfacing.<key>`` (or ``evolution.<key>``), so the API, the commands and the pages reject the same
+input with the same words.
+
+Evolution settings live in ``Workspace.evolution_settings``. This module knows one key,
+``compression_enabled`` (bool, default False: the compression ladder is opt-in, seed 001); the evolution
+app registers the keys it adds with ``register_evolution_setting(key, default, validator)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from memories.errors import InvalidInput
+from surfacing.algorithms.composite import SurfacingMode, Weights
+from surfacing.algorithms.relevance import DEFAULT_LEXICAL_WEIGHT
+
+__all__ = [
+    "SurfacingSettings",
+    "effective_settings",
+    "evolution_defaults",
+    "register_evolution_setting",
+    "validate_evolution_changes",
+    "validate_surfacing_changes",
+]
+
+
+@dataclass(frozen=True)
+class SurfacingSettings:
+    """Everything get_working_context tunes. Units: hours for times; weights are unitless.
+
+    - ``mode``: "legacy" (seed default: fast:recency and ``relevance * recency * max(act, floor)``) or
+      "router" (router, composite, pins, freshness, spreading and PPR).
+    - composite: ``activation_floor``, ``centrality_weight``, ``pin_multiplier``, ``freshness_max``,
+      ``freshness_window_hours``, ``recency_time_constant_hours`` (24 h buries anything older than a few
+      days; raise it for long-horizon workspaces), ``anchor_boost``.
+    - relevance: ``lexical_weight`` in the BM25/cosine fusion; ``candidate_multiplier`` (candidates =
+      max(multiplier * k, k)); ``semantic_pool`` recent memories scored by cosine besides the lexical
+      hits, admitted when cosine >= ``semantic_min_similarity``.
+    - graph (deep:multi-hop): ``graph_seeds`` top hits to start from; ``spread_enabled``,
+      ``spread_depth``, ``spread_fan_out``, ``spread_damping``; ``ppr_enabled``, ``ppr_alpha``,
+      ``ppr_epsilon`` (per-degree residual threshold of the forward push), ``ppr_max_pushes`` (work cap;
+      hitting it keeps the estimate and says so in the reasons), ``ppr_top_k`` (nodes that get a
+      centrality), ``ppr_undirected`` (walk edges both ways: a memory graph's edge direction is mostly
+      grammar, "A mentions B", not relevance).
+    - ``max_partners``: co-retrieved partners boosted per context (graph neighbours not returned).
+    """
+
+    mode: str = SurfacingMode.LEGACY.value
+    activation_floor: float = 0.05
+    centrality_weight: float = 0.5
+    pin_multiplier: float = 0.3
+    freshness_max: float = 0.2
+    freshness_window_hours: float = 24.0
+    recency_time_constant_hours: float = 24.0
+    anchor_boost: float = 1.0
+    lexical_weight: float = DEFAULT_LEXICAL_WEIGHT
+    candidate_multiplier: int = 5
+    semantic_pool: int = 200
+    semantic_min_similarity: float = 0.25
+    graph_seeds: int = 5
+    spread_enabled: bool = True
+    spread_depth: int = 2
+    spread_fan_out: int = 20
+    spread_damping: float = 0.5
+    ppr_enabled: bool = True
+    ppr_alpha: float = 0.85
+    ppr_epsilon: float = 1e-5
+    ppr_max_pushes: int = 50_000
+    ppr_top_k: int = 100
+    ppr_undirected: bool = True
+    max_partners: int = 50
+
+    @property
+    def surfacing_mode(self) -> SurfacingMode:
+        return SurfacingMode(self.mode)
+
+    def weights(self) -> Weights:
+        return Weights(
+            activation_floor=self.activation_floor,
+            centrality_weight=self.centrality_weight,
+            pin_multiplier=self.pin_multiplier,
+            freshness_max=self.freshness_max,
+            freshness_window_hours=self.freshness_window_hours,
+            recency_time_constant_hours=self.recency_time_constant_hours,
+            anchor_boost=self.anchor_boost,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+DEFAULTS = SurfacingSettings()
+
+# key -> (kind, low, high, low_inclusive): numbers must be finite and within [low, high] (or (low, high]).
+_RANGES: dict[str, tuple[type, float, float, bool]] = {
+    "activation_floor": (float, 0.0, 1.0, True),
+    "centrality_weight": (float, 0.0, 10.0, True),
+    "pin_multiplier": (float, 0.0, 10.0, True),
+    "freshness_max": (float, 0.0, 10.0, True),
+    "freshness_window_hours": (float, 0.0, 24.0 * 3650, False),
+    "recency_time_constant_hours": (float, 0.0, 24.0 * 36500, False),
+    "anchor_boost": (float, 0.0, 100.0, True),
+    "lexical_weight": (float, 0.0, 1.0, True),
+    "candidate_multiplier": (int, 1, 20, True),
+    "semantic_pool": (int, 0, 2000, True),
+    "semantic_min_similarity": (float, -1.0, 1.0, True),
+    "graph_seeds": (int, 1, 50, True),
+    "spread_depth": (int, 0, 4, True),
+    "spread_fan_out": (int, 0, 200, True),
+    "spread_damping": (float, 0.0, 1.0, False),
+    "ppr_alpha": (float, 0.0, 0.99, True),
+    "ppr_epsilon": (float, 1e-9, 1e-2, True),
+    "ppr_max_pushes": (int, 0, 5_000_000, True),
+    "ppr_top_k": (int, 1, 10_000, True),
+    "max_partners": (int, 0, 500, True),
+}
+_BOOLEANS = frozenset({"spread_enabled", "ppr_enabled", "ppr_undirected"})
+SURFACING_KEYS = frozenset(f.name for f in fields(SurfacingSettings))
+
+
+def _number(key: str, value: Any, kind: type, low: float, high: float, low_inclusive: bool) -> float | int:
+    name = f"surfacing.{key}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"{name}: expected a number, got {value!r}", field=name)
+    if kind is int and (isinstance(value, float) and not value.is_integer()):
+        raise InvalidInput(f"{name}: expected a whole number, got {value!r}", field=name)
+    if not math.isfinite(value):
+        raise InvalidInput(f"{name}: must be a finite number", field=name)
+    below = value < low if low_inclusive else value <= low
+    if below or value > high:
+        bracket = "[" if low_inclusive else "("
+        raise InvalidInput(f"{name}: must be within {bracket}{low}, {high}], got {value!r}", field=name)
+    return int(value) if kind is int else float(value)
+
+
+def _validate_value(key: str, value: Any) -> Any:
+    name = f"surfacing.{key}"
+    if key == "mode":
+        if value not in SurfacingMode.__members__.values():
+            allowed = ", ".join(m.value for m in SurfacingMode)
+            raise InvalidInput(f"{name}: {value!r} is not one of {allowed}", field=name)
+        return str(value)
+    if key in _BOOLEANS:
+        if not isinstance(value, bool):
+            raise InvalidInput(f"{name}: expected true or false", field=name)
+        return value
+    kind, low, high, low_inclusive = _RANGES[key]
+    return _number(key, value, kind, low, high, low_inclusive)
+
+
+def validate_surfacing_changes(changes: Any) -> dict[str, Any]:
+    """Validate a partial surfacing settings object; ``null`` for a key means "back to the default"."""
+    if not isinstance(changes, Mapping):
+        raise InvalidInput("surfacing: expected a JSON object", field="surfacing")
+    cleaned: dict[str, Any] = {}
+    for key, value in changes.items():
+        if key not in SURFACING_KEYS:
+            raise InvalidInput(
+                f"surfacing.{key}: unknown setting; known: {', '.join(sorted(SURFACING_KEYS))}",
+                field=f"surfacing.{key}",
+            )
+        cleaned[key] = None if value is None else _validate_value(key, value)
+    return cleaned
+
+
+def effective_settings(
+    stored: Mapping[str, Any] | None, override: Mapping[str, Any] | None = None
+) -> SurfacingSettings:
+    """Defaults, then the workspace's stored overrides, then a per-request override (all validated).
+
+    A stored key that is no longer known (a setting removed in an upgrade) is ignored rather than
+    failing every request of that workspace.
+    """
+    values: dict[str, Any] = {}
+    for source in (stored or {}, override or {}):
+        known = {k: v for k, v in source.items() if k in SURFACING_KEYS}
+        for key, value in validate_surfacing_changes(known).items():
+            if value is None:
+                values.pop(key, None)
+            else:
+                values[key] = value
+    return replace(DEFAULTS, **values)
+
+
+# -- evolution settings -----------------------------------------------------------------------------
+
+EvolutionValidator = Callable[[str, Any], Any]
+
+
+def _boolean(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{name}: expected true or false", field=name)
+    return value
+
+
+_EVOLUTION: dict[str, tuple[Any, EvolutionValidator]] = {
+    "compression_enabled": (False, _boolean),
+}
+
+
+def register_evolution_setting(key: str, default: Any, validator: EvolutionValidator) -> None:
+    """Make ``key`` a known evolution setting. ``validator(field_name, value)`` returns the cleaned value
+    or raises InvalidInput naming ``field_name`` (``evolution.<key>``)."""
+    _EVOLUTION[key] = (default, validator)
+
+
+def evolution_defaults() -> dict[str, Any]:
+    return {key: default for key, (default, _) in _EVOLUTION.items()}
+
+
+def validate_evolution_changes(changes: Any) -> dict[str, Any]:
+    """Validate a partial evolution settings object; ``null`` resets a key to its default."""
+    if not isinstance(changes, Mapping):
+        raise InvalidInput("evolution: expected a JSON object", field="evolution")
+    cleaned: dict[str, Any] = {}
+    for key, value in changes.items():
+        name = f"evolution.{key}"
+        if key not in _EVOLUTION:
+            raise InvalidInput(f"{name}: unknown setting; known: {', '.join(sorted(_EVOLUTION))}", field=name)
+        cleaned[key] = None if value is None else _EVOLUTION[key][1](name, value)
+    return cleaned
+
+
+def effective_evolution(stored: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Defaults with the stored values on top; stored keys nobody registered are kept as they are."""
+    return {**evolution_defaults(), **dict(stored or {})}

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from memories.errors import InvalidInput
+from surfacing import settings as surfacing_settings
+from surfacing.settings import (
+    SurfacingSettings,
+    effective_evolution,
+    effective_settings,
+    register_evolution_setting,
+    validate_evolution_changes,
+    validate_surfacing_changes,
+)
+
+
+def test_defaults_are_the_seed_values() -> None:
+    s = SurfacingSettings()
+    assert s.mode == "legacy"  # seed 001: everything is off until a caller opts into the router
+    assert (s.activation_floor, s.centrality_weight, s.pin_multiplier) == (0.05, 0.5, 0.3)
+    assert (s.freshness_max, s.freshness_window_hours, s.recency_time_constant_hours) == (0.2, 24.0, 24.0)
+    assert (s.spread_depth, s.spread_fan_out, s.spread_damping, s.graph_seeds) == (2, 20, 0.5, 5)
+    assert (s.ppr_enabled, s.ppr_alpha, s.ppr_top_k) == (True, 0.85, 100)
+    assert s.anchor_boost == 1.0
+    weights = s.weights()
+    assert weights.pin_multiplier == 0.3 and weights.recency_time_constant_hours == 24.0
+
+
+def test_effective_settings_layer_stored_then_request_overrides() -> None:
+    stored = {"mode": "router", "pin_multiplier": 0.5}
+    override = {"pin_multiplier": 0.1, "spread_depth": 1}
+    s = effective_settings(stored, override)
+    assert (s.mode, s.pin_multiplier, s.spread_depth) == ("router", 0.1, 1)
+    assert effective_settings(stored, {"mode": None}).mode == "legacy"
+
+
+def test_effective_settings_ignore_stored_keys_that_no_longer_exist() -> None:
+    assert effective_settings({"retired_knob": 3}) == SurfacingSettings()
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"mode": "turbo"}, "surfacing.mode"),
+        ({"pin_multiplier": -0.1}, "surfacing.pin_multiplier"),
+        ({"pin_multiplier": "0.3"}, "surfacing.pin_multiplier"),
+        ({"recency_time_constant_hours": 0}, "surfacing.recency_time_constant_hours"),
+        ({"spread_fan_out": 2.5}, "surfacing.spread_fan_out"),
+        ({"spread_depth": True}, "surfacing.spread_depth"),
+        ({"ppr_enabled": "yes"}, "surfacing.ppr_enabled"),
+        ({"lexical_weight": float("nan")}, "surfacing.lexical_weight"),
+        ({"nonsense": 1}, "surfacing.nonsense"),
+    ],
+)
+def test_invalid_surfacing_values_name_the_field(changes: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        validate_surfacing_changes(changes)
+    assert err.value.field == field
+
+
+def test_whole_numbers_written_as_floats_are_accepted() -> None:
+    assert validate_surfacing_changes({"spread_fan_out": 10.0, "freshness_max": 1}) == {
+        "spread_fan_out": 10,
+        "freshness_max": 1.0,
+    }
+
+
+def test_surfacing_changes_must_be_an_object() -> None:
+    with pytest.raises(InvalidInput) as err:
+        validate_surfacing_changes(["mode"])
+    assert err.value.field == "surfacing"
+
+
+def test_evolution_settings_know_compression_and_accept_registered_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(surfacing_settings, "_EVOLUTION", dict(surfacing_settings._EVOLUTION))
+    assert effective_evolution({}) == {"compression_enabled": False}
+    assert validate_evolution_changes(
+        {
+            "compression_enabled": True,
+        }
+    ) == {"compression_enabled": True}
+    with pytest.raises(InvalidInput) as err:
+        validate_evolution_changes({"cycle_cap": 300})
+    assert err.value.field == "evolution.cycle_cap"
+
+    def cap(name: str, value: Any) -> int:
+        if not isinstance(value, int) or value < 1:
+            raise InvalidInput(f"{name}: expected a positive whole number", field=name)
+        return value
+
+    register_evolution_setting("cycle_cap", 500, cap)
+    assert validate_evolution_changes({"cycle_cap": 300}) == {"cycle_cap": 300}
+    assert effective_evolution({"cycle_cap": 300})["cycle_cap"] == 300
+    assert effective_evolution({})["cycle_cap"] == 500
+    with pytest.raises(InvalidInput) as err:
+        validate_evolution_changes({"cycle_cap": 0})
+    assert err.value.field == "evolution.cycle_cap"
