@@ -1,0 +1,251 @@
+"""REST adapters for surfacing: working context, search, session pins, workspace settings.
+
+Thin: parse the JSON body, check the caller's role, call one service or selector, render. Reads
+(context, search, settings GET) need membership; changing settings needs editor or owner; pins are
+part of using a working context, so any member may pin for their session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers as drf
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from memories import selectors as memory_selectors
+from memories.errors import InvalidInput
+from memories.serializers import ErrorOut, MemoryOut, memory_json
+from surfacing import selectors, services
+
+ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut}
+CONTEXT_FIELDS = frozenset({"session_id", "query", "k", "max_tokens", "strategy", "mode", "explain"})
+SEARCH_FIELDS = frozenset({"query", "k", "session_id"})
+SETTINGS_FIELDS = frozenset({"surfacing", "evolution"})
+
+
+def _body(request: Request, allowed: frozenset[str]) -> Mapping[str, Any]:
+    data = request.data
+    if not isinstance(data, Mapping):
+        raise InvalidInput("body: expected a JSON object", field="body")
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise InvalidInput(f"{unknown[0]}: unknown field; expected {', '.join(sorted(allowed))}", field=unknown[0])
+    return data
+
+
+def _item_json(item: services.ContextItem | services.DeclinedItem) -> dict[str, Any]:
+    return {
+        "id": str(item.id),
+        "content": item.content,
+        "memory_type": item.memory_type,
+        "score": item.score,
+        "score_breakdown": dict(item.score_breakdown),
+        "provenance": item.provenance,
+    }
+
+
+def context_json(context: services.WorkingContext) -> dict[str, Any]:
+    """The contract's working-context object (``declined`` only when it was asked for)."""
+    body: dict[str, Any] = {
+        "decision_id": str(context.decision_id),
+        "strategy_used": context.strategy_used,
+        "confidence": context.confidence,
+        "reasons": context.reasons,
+        "settings": context.settings.as_dict(),
+        "items": [_item_json(item) for item in context.items],
+        "tokens_used": context.tokens_used,
+        "drift_warnings": context.drift_warnings,
+    }
+    if context.declined is not None:
+        body["declined"] = [
+            {**_item_json(d), "rank": d.rank, "factor": d.factor, "detail": d.detail} for d in context.declined
+        ]
+    return body
+
+
+def settings_json(current: selectors.WorkspaceSettings) -> dict[str, Any]:
+    return {"surfacing": current.surfacing.as_dict(), "evolution": current.evolution}
+
+
+# -- schema documentation ---------------------------------------------------------------------------
+
+
+class ContextIn(drf.Serializer[Any]):
+    session_id = drf.CharField(required=False, allow_blank=True)
+    query = drf.CharField()
+    k = drf.IntegerField(required=False, min_value=1, max_value=100, default=20)
+    max_tokens = drf.IntegerField(required=False, allow_null=True)
+    strategy = drf.ChoiceField(
+        required=False,
+        choices=["fast:recency", "factual:point-query", "deep:multi-hop", "procedural:lookup", "temporal:windowed"],
+    )
+    mode = drf.ChoiceField(required=False, choices=["legacy", "router"])
+    explain = drf.BooleanField(required=False, default=False)
+
+
+class ScoreBreakdownOut(drf.Serializer[Any]):
+    activation = drf.FloatField()
+    relevance = drf.FloatField()
+    recency = drf.FloatField()
+    centrality = drf.FloatField()
+    anchor_forced = drf.BooleanField()
+    session_pin_boost = drf.FloatField()
+    freshness_boost = drf.FloatField()
+
+
+class ProvenanceOut(drf.Serializer[Any]):
+    kind = drf.ChoiceField(choices=["lexical", "spread", "pinned", "anchor", "recent"])
+    seed = drf.UUIDField(allow_null=True)
+    edge_type = drf.CharField(allow_null=True)
+    hops = drf.IntegerField()
+    path = drf.ListField(child=drf.UUIDField())
+
+
+class ContextItemOut(drf.Serializer[Any]):
+    id = drf.UUIDField()
+    content = drf.CharField()
+    memory_type = drf.CharField()
+    score = drf.FloatField()
+    score_breakdown = ScoreBreakdownOut()
+    provenance = ProvenanceOut()
+
+
+class ContextOut(drf.Serializer[Any]):
+    decision_id = drf.UUIDField()
+    strategy_used = drf.CharField()
+    confidence = drf.FloatField()
+    reasons = drf.ListField(child=drf.CharField())
+    settings = drf.DictField()
+    items = ContextItemOut(many=True)
+    tokens_used = drf.IntegerField()
+    drift_warnings = drf.ListField(child=drf.DictField())
+
+
+class SearchIn(drf.Serializer[Any]):
+    query = drf.CharField()
+    k = drf.IntegerField(required=False, min_value=1, max_value=100, default=10)
+
+
+class SearchHitOut(MemoryOut):
+    score = drf.FloatField()
+
+
+class SearchOut(drf.Serializer[Any]):
+    results = SearchHitOut(many=True)
+
+
+class SettingsBody(drf.Serializer[Any]):
+    surfacing = drf.DictField(required=False)
+    evolution = drf.DictField(required=False)
+
+
+class PinIn(drf.Serializer[Any]):
+    weight = drf.FloatField(required=False)
+
+
+class PinOut(drf.Serializer[Any]):
+    session_id = drf.CharField()
+    memory_id = drf.UUIDField()
+    weight = drf.FloatField()
+    expires_at = drf.DateTimeField()
+
+
+# -- views ------------------------------------------------------------------------------------------
+
+
+class WorkingContextApi(APIView):
+    @extend_schema(request=ContextIn, responses={200: ContextOut, **ERRORS})
+    def post(self, request: Request, ws: str) -> Response:
+        access = memory_selectors.workspace_access(user=request.user, slug=ws)
+        data = _body(request, CONTEXT_FIELDS)
+        if "query" not in data:
+            raise InvalidInput("query: this field is required", field="query")
+        explain = data.get("explain", False)
+        if not isinstance(explain, bool):
+            raise InvalidInput("explain: expected true or false", field="explain")
+        context = services.get_working_context(
+            access.workspace,
+            data.get("session_id"),
+            data["query"],
+            k=data.get("k", 20),
+            max_tokens=data.get("max_tokens"),
+            strategy=data.get("strategy"),
+            mode=data.get("mode"),
+            explain=explain,
+        )
+        return Response(context_json(context))
+
+
+class SearchApi(APIView):
+    @extend_schema(request=SearchIn, responses={200: SearchOut, **ERRORS})
+    def post(self, request: Request, ws: str) -> Response:
+        access = memory_selectors.workspace_access(user=request.user, slug=ws)
+        data = _body(request, SEARCH_FIELDS)
+        if "query" not in data:
+            raise InvalidInput("query: this field is required", field="query")
+        session_id = data.get("session_id") or ""
+        if not isinstance(session_id, str):
+            raise InvalidInput("session_id: expected a string", field="session_id")
+        result = services.search(access.workspace, data["query"], k=data.get("k", 10), session_id=session_id)
+        now = timezone.now()
+        return Response(
+            {
+                "result_set": str(result.result_set),
+                "results": [
+                    {**memory_json(hit.memory, now, workspace=access.workspace), "score": hit.score}
+                    for hit in result.hits
+                ],
+            }
+        )
+
+
+class SettingsApi(APIView):
+    @extend_schema(responses={200: SettingsBody, **ERRORS})
+    def get(self, request: Request, ws: str) -> Response:
+        access = memory_selectors.workspace_access(user=request.user, slug=ws)
+        return Response(settings_json(selectors.workspace_settings(workspace=access.workspace)))
+
+    @extend_schema(request=SettingsBody, responses={200: SettingsBody, **ERRORS})
+    def patch(self, request: Request, ws: str) -> Response:
+        access = memory_selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        data = _body(request, SETTINGS_FIELDS)
+        current = services.settings_update(
+            workspace=access.workspace,
+            actor=request.user,
+            surfacing=data.get("surfacing"),
+            evolution=data.get("evolution"),
+        )
+        return Response(settings_json(current))
+
+
+class SessionPinApi(APIView):
+    @extend_schema(request=PinIn, responses={200: PinOut, **ERRORS, 409: ErrorOut})
+    def put(self, request: Request, ws: str, sid: str, memory_id: str) -> Response:
+        access = memory_selectors.workspace_access(user=request.user, slug=ws)
+        data = request.data if isinstance(request.data, Mapping) else {}
+        unknown = sorted(set(data) - {"weight"})
+        if unknown:
+            raise InvalidInput(f"{unknown[0]}: unknown field; expected weight", field=unknown[0])
+        memory = memory_selectors.memory_get(workspace=access.workspace, memory_id=memory_id, field="memory_id")
+        pin = services.pin_put(workspace=access.workspace, session_id=sid, memory=memory, weight=data.get("weight"))
+        return Response(
+            {
+                "session_id": sid,
+                "memory_id": str(pin.memory_id),
+                "weight": pin.weight,
+                "expires_at": pin.expires_at.isoformat().replace("+00:00", "Z"),
+            }
+        )
+
+    @extend_schema(responses={204: None, **ERRORS, 409: ErrorOut})
+    def delete(self, request: Request, ws: str, sid: str, memory_id: str) -> Response:
+        access = memory_selectors.workspace_access(user=request.user, slug=ws)
+        memory = memory_selectors.memory_get(workspace=access.workspace, memory_id=memory_id, field="memory_id")
+        services.pin_delete(workspace=access.workspace, session_id=sid, memory=memory)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,272 @@
+"""Reads for surfacing: candidate rows as arrays, anchors, pins and settings, scoped to one workspace.
+
+Candidate rows are read with one raw query per batch because this is the hot path of every working
+context: ages and hours since the last boost are computed by the database (julianday / epoch
+arithmetic), so Python never parses a datetime per row, and only the columns the scoring needs come
+back. Content is read later, for the rows actually returned.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from django.db import connection
+from django.db.models import Max
+
+from memories.algorithms.activation import decayed_activation_array
+from memories.algorithms.embedding import stack_embeddings
+from memories.models import Memory, MemoryType, Status, Workspace
+from surfacing.algorithms.anchors import AnchorInfo
+from surfacing.pins import pin_store
+from surfacing.settings import SurfacingSettings, effective_evolution, effective_settings
+
+__all__ = [
+    "MAX_ANCHORS",
+    "CandidateRows",
+    "anchors_info",
+    "anchors_of",
+    "candidate_rows",
+    "memory_details",
+    "session_pins",
+    "workspace_settings",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+MAX_ANCHORS = 100
+"""Anchors considered per context (newest first): k is at most 100, so more could never be returned."""
+
+
+@dataclass(frozen=True, eq=False)
+class CandidateRows:
+    """Scoring inputs of active memories, aligned by row; ``position`` maps memory id -> row.
+
+    ``activation``: stored score decayed to now; ``age_hours``: hours since updated_at (else
+    created_at); ``chars``: content length; ``embeddings``: (n, dim) float32 when asked for, else None.
+    """
+
+    ids: list[uuid.UUID]
+    memory_type: list[str]
+    activation: FloatArray
+    age_hours: FloatArray
+    chars: IntArray
+    embeddings: npt.NDArray[np.float32] | None
+    position: dict[uuid.UUID, int]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def _empty_rows(dim: int | None) -> CandidateRows:
+    return CandidateRows(
+        ids=[],
+        memory_type=[],
+        activation=np.empty(0),
+        age_hours=np.empty(0),
+        chars=np.empty(0, np.int64),
+        embeddings=None if dim is None else np.empty((0, dim), np.float32),
+        position={},
+    )
+
+
+def _uuid(raw: Any) -> uuid.UUID:
+    return raw if isinstance(raw, uuid.UUID) else uuid.UUID(raw)
+
+
+def _sql_ids(ids: Iterable[uuid.UUID]) -> list[Any]:
+    # SQLite stores UUIDField as 32 hex digits; PostgreSQL takes UUID objects.
+    return [i.hex for i in ids] if connection.vendor == "sqlite" else list(ids)
+
+
+def candidate_rows(
+    *,
+    workspace: Workspace,
+    ids: Sequence[uuid.UUID] = (),
+    recent: int = 0,
+    embedding_dim: int | None = None,
+    now: datetime,
+) -> CandidateRows:
+    """Active memories of ``workspace`` among ``ids``, plus the ``recent`` most recently updated ones.
+
+    One query (the recent set is a LIMIT subquery served by the (workspace, updated_at) index). With
+    ``embedding_dim`` the stored vectors come back as a matrix (zero rows for memories without one).
+    """
+    unique = list(dict.fromkeys(ids))
+    if not unique and recent <= 0:
+        return _empty_rows(embedding_dim)
+    table = Memory._meta.db_table
+    sqlite = connection.vendor == "sqlite"
+    if sqlite:
+        now_param: Any = now.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+        since_boost = "(julianday(%s) - julianday(activation_last_boost_at)) * 24.0"
+        age = "(julianday(%s) - julianday(COALESCE(updated_at, created_at))) * 24.0"
+    else:
+        now_param = now
+        since_boost = "EXTRACT(EPOCH FROM (%s - activation_last_boost_at)) / 3600.0"
+        age = "EXTRACT(EPOCH FROM (%s - COALESCE(updated_at, created_at))) / 3600.0"
+    columns = (
+        f"id, memory_type, activation_score, {since_boost}, activation_half_life_hours, {age}, length(content)"
+        + (", embedding" if embedding_dim is not None else "")
+    )
+    params: list[Any] = [now_param, now_param, workspace.pk, Status.ACTIVE]
+    where: list[str] = []
+    if unique:
+        where.append("id IN (" + ",".join(["%s"] * len(unique)) + ")")
+        params.extend(_sql_ids(unique))
+    if recent > 0:
+        where.append(
+            f"id IN (SELECT id FROM {table} WHERE workspace_id = %s AND status = %s ORDER BY updated_at DESC LIMIT %s)"
+        )
+        params.extend([workspace.pk, Status.ACTIVE, recent])
+    sql = f"SELECT {columns} FROM {table} WHERE workspace_id = %s AND status = %s AND ({' OR '.join(where)})"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    if not rows:
+        return _empty_rows(embedding_dim)
+    n = len(rows)
+    cols = list(zip(*rows, strict=True))
+    row_ids = [_uuid(r) for r in cols[0]]
+    stored = np.asarray(cols[2], dtype=np.float64)
+    since = np.array([np.nan if v is None else float(v) for v in cols[3]], dtype=np.float64)
+    half_life = np.asarray(cols[4], dtype=np.float64)
+    ages = np.array([np.nan if v is None else float(v) for v in cols[5]], dtype=np.float64)
+    embeddings = (
+        stack_embeddings([bytes(b) if b is not None else None for b in cols[7]], embedding_dim)
+        if embedding_dim is not None
+        else None
+    )
+    return CandidateRows(
+        ids=row_ids,
+        memory_type=[str(t) for t in cols[1]],
+        activation=decayed_activation_array(stored, since, half_life),
+        age_hours=ages,
+        chars=np.fromiter((int(c or 0) for c in cols[6]), dtype=np.int64, count=n),
+        embeddings=embeddings,
+        position={mid: i for i, mid in enumerate(row_ids)},
+    )
+
+
+@dataclass(frozen=True)
+class AnchorRow:
+    id: uuid.UUID
+    subject: str
+    updated_at: datetime
+    conflicts_with: tuple[str, ...]
+    drift_flags: tuple[str, ...]
+    superseded_by: uuid.UUID | None
+
+
+def anchors_of(*, workspace: Workspace) -> list[AnchorRow]:
+    """Active anchors of the workspace, newest first (at most MAX_ANCHORS)."""
+    rows = (
+        Memory.objects.filter(workspace=workspace, memory_type=MemoryType.ANCHOR, status=Status.ACTIVE)
+        .order_by("-updated_at")
+        .values_list("id", "subject", "updated_at", "conflicts_with", "drift_flags", "superseded_by")[:MAX_ANCHORS]
+    )
+    return [
+        AnchorRow(
+            id=mid,
+            subject=subject or "",
+            updated_at=updated_at,
+            conflicts_with=tuple(str(c) for c in (conflicts or [])),
+            drift_flags=tuple(_flag_text(f) for f in (flags or [])),
+            superseded_by=superseded_by,
+        )
+        for mid, subject, updated_at, conflicts, flags, superseded_by in rows
+    ]
+
+
+def _flag_text(flag: Any) -> str:
+    if isinstance(flag, dict):
+        return str(flag.get("reason") or flag.get("message") or flag)
+    return str(flag)
+
+
+def anchors_info(*, workspace: Workspace, anchors: Sequence[AnchorRow]) -> list[AnchorInfo]:
+    """Drift inputs of ``anchors``: the newest other memory about each anchor's subject (one aggregate
+    query, plus one for the ids of those newer memories only when some anchor is stale)."""
+    subjects = sorted({a.subject for a in anchors if a.subject})
+    anchor_ids = [a.id for a in anchors]
+    newest: dict[str, datetime] = {}
+    if subjects:
+        newest = dict(
+            Memory.objects.filter(workspace=workspace, subject__in=subjects)
+            .exclude(id__in=anchor_ids)
+            .exclude(status__in=[Status.ARCHIVED, Status.FORGOTTEN])
+            .values("subject")
+            .annotate(latest=Max("updated_at"))
+            .values_list("subject", "latest")
+        )
+    stale = {a.subject for a in anchors if a.subject in newest and newest[a.subject] > a.updated_at}
+    newest_ids: dict[str, str] = {}
+    if stale:
+        for subject, mid, updated_at in (
+            Memory.objects.filter(workspace=workspace, subject__in=sorted(stale))
+            .exclude(id__in=anchor_ids)
+            .values_list("subject", "id", "updated_at")
+            .order_by("subject", "-updated_at")
+        ):
+            if updated_at == newest.get(subject) and subject not in newest_ids:
+                newest_ids[subject] = str(mid)
+    return [
+        AnchorInfo(
+            id=str(a.id),
+            updated_at=a.updated_at,
+            subject=a.subject or None,
+            conflicts_with=a.conflicts_with,
+            drift_flags=a.drift_flags,
+            superseded_by=str(a.superseded_by) if a.superseded_by else None,
+            newest_same_subject_at=newest.get(a.subject) if a.subject in stale else None,
+            newest_same_subject_id=newest_ids.get(a.subject),
+        )
+        for a in anchors
+    ]
+
+
+@dataclass(frozen=True)
+class MemoryDetail:
+    id: uuid.UUID
+    content: str
+    memory_type: str
+    retention_score: float
+    metadata: dict[str, Any]
+
+
+def memory_details(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, MemoryDetail]:
+    """Content and the fields the response shows, for the rows being returned (one query)."""
+    if not ids:
+        return {}
+    rows = Memory.objects.filter(workspace=workspace, id__in=list(ids)).values_list(
+        "id", "content", "memory_type", "retention_score", "metadata"
+    )
+    return {
+        mid: MemoryDetail(mid, content, memory_type, float(retention), metadata if isinstance(metadata, dict) else {})
+        for mid, content, memory_type, retention, metadata in rows
+    }
+
+
+def session_pins(*, workspace: Workspace, session_id: str, now: datetime) -> dict[uuid.UUID, float]:
+    """Pinned memory ids -> weight of a live session bound to ``workspace`` (else none)."""
+    return pin_store().pins(workspace=workspace, session_id=session_id, now=now)
+
+
+@dataclass(frozen=True)
+class WorkspaceSettings:
+    surfacing: SurfacingSettings
+    evolution: dict[str, Any]
+
+
+def workspace_settings(*, workspace: Workspace) -> WorkspaceSettings:
+    """Effective surfacing and evolution settings of the workspace (defaults + stored overrides)."""
+    return WorkspaceSettings(
+        surfacing=effective_settings(workspace.surfacing_settings),
+        evolution=effective_evolution(workspace.evolution_settings),
+    )

@@ -1,0 +1,788 @@
+"""get_working_context, direct search, session pins and surfacing settings: the writes of surfacing.
+
+get_working_context (seed 001) runs, in order:
+
+1. validate (k in 1..100, strategy and mode names, legacy mode only with fast:recency, max_tokens large
+   enough for the smallest anchor) and route the query (legacy mode always runs fast:recency);
+2. candidates: the lexical top ``max(candidate_multiplier * k, k)`` (BM25, normalised by the best hit)
+   fused with embedding cosine (``lexical_weight``). Cosine is computed only for the lexical hits and a
+   bounded pool of the ``semantic_pool`` most recently updated memories, admitted when their cosine
+   reaches ``semantic_min_similarity``: there is no vector index (no pgvector here), and keeping every
+   embedding of a 100k workspace in memory for a full scan would cost 100 MB per workspace. Legacy mode
+   and factual:point-query use lexical relevance only (the seed's "lexical" legacy product; factual
+   queries skip semantic search);
+3. deep:multi-hop only: spreading activation from the top ``graph_seeds`` candidates by relevance.
+   Neighbours join the candidate set with a *propagated relevance*
+   ``damping ** hops * relevance(originating seed)`` (or their own relevance, when higher), so a memory
+   that shares no word with the query but sits one hop from the best hit competes like a hit half as
+   relevant. PPR from the same seeds gives ``centrality`` (top ``ppr_top_k`` nodes, normalised by the
+   maximum over the candidates). A push that hits ``ppr_max_pushes`` keeps its estimate and says so;
+4. pins (router mode) and anchors (both modes) join as mandatory rows; the composite score of the
+   mode ranks everything; ``k`` and ``max_tokens`` select; anchors returned get drift warnings;
+5. ``record=True`` queues +0.02 for every returned memory and +0.01 for up to ``max_partners`` graph
+   neighbours of returned memories that were not returned, and records one retrieval event per returned
+   memory (result set = ``decision_id``). ``record=False`` is a dry read that changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import transaction
+from django.utils import timezone
+
+from memories.algorithms.activation import BOOST_CO_RETRIEVED, BOOST_DIRECT, BOOST_SURFACED
+from memories.algorithms.entities import count_entities
+from memories.embeddings import default_embedder
+from memories.errors import InvalidInput
+from memories.models import AuditEntry, Memory, RetrievalSource, Workspace
+from memories.selectors import lexical_search, memories_by_ids
+from memories.signalbus import retrieval_signals
+from surfacing import selectors
+from surfacing.algorithms.anchors import anchor_drift_warnings
+from surfacing.algorithms.budget import apply_budget, estimate_tokens_array, min_required_tokens
+from surfacing.algorithms.composite import CandidateSignals, ScoreBreakdown, SurfacingMode, score_candidates
+from surfacing.algorithms.graph import SPREAD_EDGE_CODES, edge_type_mask, top_neighbours
+from surfacing.algorithms.ppr import candidate_centrality, ppr_push, top_k
+from surfacing.algorithms.relevance import cosine_to_query, fuse, normalise_bm25
+from surfacing.algorithms.router import RouteDecision, Strategy, parse_strategy, route
+from surfacing.algorithms.spreading import SpreadHit, spread
+from surfacing.graphstore import Subgraph, graph_store
+from surfacing.pins import Pin, pin_store
+from surfacing.settings import (
+    SurfacingSettings,
+    effective_evolution,
+    effective_settings,
+    validate_evolution_changes,
+    validate_surfacing_changes,
+)
+
+__all__ = [
+    "MAX_K",
+    "ContextItem",
+    "DeclinedItem",
+    "SearchHit",
+    "SearchResult",
+    "WorkingContext",
+    "get_working_context",
+    "pin_delete",
+    "pin_put",
+    "search",
+    "settings_update",
+]
+
+User = AbstractBaseUser | AnonymousUser
+FloatArray = npt.NDArray[np.float64]
+
+MAX_K = 100
+MAX_QUERY_CHARS = 2_000
+MAX_SESSION_CHARS = 128
+DECLINED_SHOWN = 20
+PIN_WEIGHT_MAX = 10.0
+
+
+# -- results ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContextItem:
+    id: uuid.UUID
+    content: str
+    memory_type: str
+    score: float
+    score_breakdown: ScoreBreakdown
+    provenance: dict[str, Any]
+    tokens: int
+
+
+@dataclass(frozen=True)
+class DeclinedItem:
+    """A candidate ranked just below the returned ones, with the factor that held it down.
+
+    ``factor``: "budget" (it ranked inside k but max_tokens had no room), "low_activation",
+    "interference" (low activation, and its retention was lowered by interference with similar
+    memories), "low_relevance" or "recency": the smallest multiplicative term of its composite.
+    """
+
+    id: uuid.UUID
+    content: str
+    memory_type: str
+    score: float
+    rank: int
+    score_breakdown: ScoreBreakdown
+    provenance: dict[str, Any]
+    factor: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class WorkingContext:
+    decision_id: uuid.UUID
+    strategy_used: str
+    requested_strategy: str | None
+    confidence: float
+    reasons: list[str]
+    mode: str
+    settings: SurfacingSettings
+    items: list[ContextItem]
+    tokens_used: int
+    drift_warnings: list[dict[str, object]]
+    recorded: bool
+    declined: list[DeclinedItem] | None = None
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    memory: Memory
+    score: float
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    result_set: uuid.UUID
+    hits: list[SearchHit]
+
+
+# -- validation -------------------------------------------------------------------------------------
+
+
+def _validate_k(k: object) -> int:
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise InvalidInput(f"k: expected a whole number between 1 and {MAX_K}, got {k!r}", field="k")
+    if not 1 <= k <= MAX_K:
+        raise InvalidInput(f"k: must be between 1 and {MAX_K}, got {k}", field="k")
+    return k
+
+
+def _validate_query(query: object) -> str:
+    if not isinstance(query, str):
+        raise InvalidInput("query: expected a string", field="query")
+    if not query.strip():
+        raise InvalidInput("query: must not be blank", field="query")
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidInput(f"query: longer than {MAX_QUERY_CHARS} characters", field="query")
+    return query
+
+
+def _validate_session(session_id: object) -> str:
+    if session_id is None:
+        return ""
+    if not isinstance(session_id, str):
+        raise InvalidInput("session_id: expected a string", field="session_id")
+    if len(session_id) > MAX_SESSION_CHARS:
+        raise InvalidInput(f"session_id: longer than {MAX_SESSION_CHARS} characters", field="session_id")
+    return session_id.strip()
+
+
+def _validate_strategy(strategy: object) -> Strategy | None:
+    if strategy is None or strategy == "":
+        return None
+    if not isinstance(strategy, str):
+        raise InvalidInput("strategy: expected a strategy name", field="strategy")
+    try:
+        return parse_strategy(strategy)
+    except ValueError as exc:
+        raise InvalidInput(f"strategy: {exc}", code="unknown_strategy", field="strategy") from None
+
+
+def _validate_mode(mode: object, default: str) -> SurfacingMode:
+    if mode is None or mode == "":
+        return SurfacingMode(default)
+    if not isinstance(mode, str) or mode not in [m.value for m in SurfacingMode]:
+        allowed = ", ".join(m.value for m in SurfacingMode)
+        raise InvalidInput(f"mode: {mode!r} is not one of {allowed}", code="unknown_mode", field="mode")
+    return SurfacingMode(mode)
+
+
+def _validate_max_tokens(max_tokens: object) -> int | None:
+    if max_tokens is None:
+        return None
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+        raise InvalidInput(f"max_tokens: expected a whole number, got {max_tokens!r}", field="max_tokens")
+    if max_tokens < 1:
+        raise InvalidInput("max_tokens: must be at least 1", field="max_tokens")
+    return max_tokens
+
+
+def _decide(query: str, mode: SurfacingMode, explicit: Strategy | None) -> RouteDecision:
+    if mode is SurfacingMode.LEGACY:
+        if explicit is not None and explicit is not Strategy.FAST_RECENCY:
+            raise InvalidInput(
+                f"strategy: legacy mode always runs {Strategy.FAST_RECENCY.value}; {explicit.value!r} needs "
+                "mode 'router'",
+                code="strategy_requires_router_mode",
+                field="strategy",
+            )
+        reasons = ("legacy_mode", "caller_explicit") if explicit is not None else ("legacy_mode",)
+        return RouteDecision(explicit, Strategy.FAST_RECENCY, 1.0, reasons)
+    return route(query, entity_count=count_entities(query), explicit=explicit)
+
+
+# -- candidate assembly -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Candidates:
+    """Growing candidate table: memory id -> row in the arrays built at the end."""
+
+    ids: list[uuid.UUID]
+    relevance: list[float]
+    provenance: list[dict[str, Any]]
+    row: dict[uuid.UUID, int]
+
+    @classmethod
+    def empty(cls) -> _Candidates:
+        return cls([], [], [], {})
+
+    def add(self, mid: uuid.UUID, relevance: float, provenance: dict[str, Any]) -> None:
+        at = self.row.get(mid)
+        if at is None:
+            self.row[mid] = len(self.ids)
+            self.ids.append(mid)
+            self.relevance.append(relevance)
+            self.provenance.append(provenance)
+        elif relevance > self.relevance[at]:
+            self.relevance[at] = relevance
+
+
+def _provenance(kind: str, mid: uuid.UUID) -> dict[str, Any]:
+    return {"kind": kind, "seed": None, "edge_type": None, "hops": 0, "path": [str(mid)]}
+
+
+def _spread_path(node: int, hits: Mapping[int, SpreadHit], subgraph: Subgraph) -> list[str]:
+    path = [node]
+    while node in hits:
+        node = hits[node].via
+        path.append(node)
+    return [str(subgraph.ids[n]) for n in reversed(path)]
+
+
+@dataclass(frozen=True)
+class _Search:
+    """Search candidates: ids best first, normalised lexical score, cosine, fused relevance."""
+
+    ids: list[uuid.UUID]
+    lexical: FloatArray
+    cosine: FloatArray
+    relevance: FloatArray
+    rows: selectors.CandidateRows
+
+
+def _search_candidates(
+    *,
+    workspace: Workspace,
+    query: str,
+    limit: int,
+    cfg: SurfacingSettings,
+    semantic: bool,
+    extra_ids: Sequence[uuid.UUID],
+    now: datetime,
+) -> _Search:
+    """Lexical hits fused with cosine over the hits and the recent pool; rows for ``extra_ids`` too."""
+    hits = lexical_search(workspace=workspace, query=query, limit=limit)
+    lexical_ids = [mid for mid, _ in hits]
+    raw = normalise_bm25([score for _, score in hits])
+    dim = default_embedder().dim if semantic else None
+    rows = selectors.candidate_rows(
+        workspace=workspace,
+        ids=[*lexical_ids, *extra_ids],
+        recent=cfg.semantic_pool if semantic else 0,
+        embedding_dim=dim,
+        now=now,
+    )
+    lexical_of = dict(zip(lexical_ids, raw.tolist(), strict=True))
+    if semantic and rows.embeddings is not None and len(rows):
+        query_vector = default_embedder().embed([query])[0]
+        cosine_all = cosine_to_query(rows.embeddings, query_vector)
+    else:
+        cosine_all = np.zeros(len(rows))
+    ids: list[uuid.UUID] = []
+    for mid in lexical_ids:
+        if mid in rows.position:  # archived hits are not candidates
+            ids.append(mid)
+    lexical_set = set(ids)
+    if semantic:
+        pool = [
+            mid
+            for mid, i in rows.position.items()
+            if mid not in lexical_set and cosine_all[i] >= cfg.semantic_min_similarity
+        ]
+        ids.extend(pool)
+    positions = np.fromiter((rows.position[m] for m in ids), dtype=np.int64, count=len(ids))
+    lexical = np.fromiter((lexical_of.get(m, 0.0) for m in ids), dtype=np.float64, count=len(ids))
+    cosine = cosine_all[positions] if len(ids) else np.empty(0)
+    weight = cfg.lexical_weight if semantic else 1.0
+    relevance = fuse(lexical, cosine, weight)
+    order = np.argsort(-relevance, kind="stable")
+    return _Search(
+        ids=[ids[i] for i in order.tolist()],
+        lexical=lexical[order],
+        cosine=cosine[order],
+        relevance=relevance[order],
+        rows=rows,
+    )
+
+
+@dataclass(frozen=True)
+class _GraphResult:
+    subgraph: Subgraph | None
+    hits: dict[int, SpreadHit]
+    seeds: list[int]
+    centrality_scores: dict[int, float]
+    reasons: list[str]
+
+
+def _graph_walk(*, workspace: Workspace, seed_ids: list[uuid.UUID], cfg: SurfacingSettings) -> _GraphResult:
+    reasons: list[str] = []
+    if not seed_ids or not (cfg.spread_enabled or cfg.ppr_enabled):
+        return _GraphResult(None, {}, [], {}, reasons)
+    depth = max(cfg.spread_depth, 1)
+    subgraph = graph_store().neighbourhood(
+        workspace, seed_ids, hops=depth, max_nodes=len(seed_ids) * (1 + cfg.spread_fan_out) ** depth
+    )
+    if subgraph.truncated:
+        reasons.append("graph_neighbourhood_truncated")
+    seeds = subgraph.nodes_of(seed_ids)
+    if not seeds:
+        reasons.append("graph:seeds_have_no_edges")
+        return _GraphResult(subgraph, {}, [], {}, reasons)
+    hits: dict[int, SpreadHit] = {}
+    if cfg.spread_enabled and cfg.spread_depth > 0:
+        hits = spread(
+            subgraph.csr, seeds, depth=cfg.spread_depth, fan_out=cfg.spread_fan_out, damping=cfg.spread_damping
+        )
+        reasons.append(f"spread:{len(hits)}_reached_from_{len(seeds)}_seeds")
+    scores: dict[int, float] = {}
+    if cfg.ppr_enabled:
+        result = ppr_push(
+            subgraph.csr,
+            seeds,
+            alpha=cfg.ppr_alpha,
+            epsilon=cfg.ppr_epsilon,
+            max_pushes=cfg.ppr_max_pushes,
+            undirected=cfg.ppr_undirected,
+        )
+        scores = dict(top_k(result.scores, cfg.ppr_top_k))
+        if not result.converged:
+            reasons.append(
+                f"ppr_not_converged:max_pushes={cfg.ppr_max_pushes},residual_mass={result.residual_mass:.4f}"
+                " (best estimate used)"
+            )
+    return _GraphResult(subgraph, hits, seeds, scores, reasons)
+
+
+def _partners(subgraph: Subgraph | None, returned: Sequence[uuid.UUID], limit: int) -> list[uuid.UUID]:
+    """Up to ``limit`` graph neighbours of the returned memories that were not returned, heaviest edges
+    first, an equal share per returned memory (so one hub cannot take every partner slot)."""
+    if subgraph is None or limit <= 0 or not returned:
+        return []
+    nodes = subgraph.nodes_of(returned)
+    if not nodes:
+        return []
+    per_item = max(1, math.ceil(limit / len(nodes)))
+    allowed = edge_type_mask(SPREAD_EDGE_CODES)
+    taken = set(nodes)
+    partners: list[uuid.UUID] = []
+    for node in nodes:
+        neighbours = top_neighbours(subgraph.csr, node, per_item + len(nodes), allowed)
+        count = 0
+        for v in neighbours.nodes.tolist():
+            if v in taken:
+                continue
+            taken.add(v)
+            partners.append(subgraph.ids[v])
+            count += 1
+            if count == per_item or len(partners) == limit:
+                break
+        if len(partners) == limit:
+            break
+    return partners
+
+
+def _declined_factor(
+    breakdown: ScoreBreakdown, floor: float, detail_row: selectors.MemoryDetail | None
+) -> tuple[str, str]:
+    terms = {
+        "low_activation": max(breakdown["activation"], floor),
+        "low_relevance": breakdown["relevance"],
+        "recency": breakdown["recency"],
+    }
+    factor = min(terms, key=lambda name: terms[name])
+    detail = f"{factor.replace('_', ' ')}: {terms[factor]:.4f}"
+    if (
+        factor == "low_activation"
+        and detail_row is not None
+        and detail_row.retention_score < 1.0
+        and "interference" in detail_row.metadata
+    ):
+        return "interference", (
+            f"activation {terms[factor]:.4f}; retention {detail_row.retention_score:.4f} lowered by "
+            "interference with similar memories"
+        )
+    return factor, detail
+
+
+# -- get_working_context ----------------------------------------------------------------------------
+
+
+def get_working_context(
+    workspace: Workspace,
+    session_id: str | None,
+    query: str,
+    k: int = 20,
+    max_tokens: int | None = None,
+    strategy: str | None = None,
+    mode: str | None = None,
+    settings_override: Mapping[str, Any] | None = None,
+    record: bool = True,
+    explain: bool = False,
+    now: datetime | None = None,
+) -> WorkingContext:
+    """The working context for ``query``: ranked memories with score breakdowns and provenance.
+
+    See the module docstring for the steps. ``explain`` adds ``declined``: the next 20 candidates by
+    score with the factor that held each down. ``now`` defaults to the current time.
+    """
+    k = _validate_k(k)
+    query = _validate_query(query)
+    session = _validate_session(session_id)
+    explicit = _validate_strategy(strategy)
+    max_tokens = _validate_max_tokens(max_tokens)
+    cfg = effective_settings(workspace.surfacing_settings, settings_override)
+    surfacing_mode = _validate_mode(mode, cfg.mode)
+    cfg = replace(cfg, mode=surfacing_mode.value)
+    decision = _decide(query, surfacing_mode, explicit)
+    router = surfacing_mode is SurfacingMode.ROUTER
+    strategy_used = decision.strategy
+    now = now or timezone.now()
+    reasons = list(decision.reasons)
+
+    anchors = selectors.anchors_of(workspace=workspace)
+    pins = selectors.session_pins(workspace=workspace, session_id=session, now=now) if router else {}
+    semantic = router and strategy_used is not Strategy.FACTUAL_POINT_QUERY
+    found = _search_candidates(
+        workspace=workspace,
+        query=query,
+        limit=max(cfg.candidate_multiplier * k, k),
+        cfg=cfg,
+        semantic=semantic,
+        extra_ids=[*(a.id for a in anchors), *pins],
+        now=now,
+    )
+    rows = found.rows
+    anchor_ids = {a.id for a in anchors if a.id in rows.position}
+    if max_tokens is not None and anchor_ids:
+        anchor_tokens = estimate_tokens_array([rows.chars[rows.position[a]] for a in anchor_ids])
+        smallest = min_required_tokens(anchor_tokens, np.ones(len(anchor_tokens), dtype=np.bool_))
+        if max_tokens < smallest:
+            raise InvalidInput(
+                f"max_tokens: {max_tokens} cannot hold even the smallest anchor ({smallest} tokens); "
+                f"ask for at least {smallest}",
+                code="max_tokens_below_anchor",
+                field="max_tokens",
+            )
+
+    cands = _Candidates.empty()
+    for mid, rel, lex in zip(found.ids, found.relevance.tolist(), found.lexical.tolist(), strict=True):
+        cands.add(mid, rel, _provenance("lexical" if lex > 0.0 else "recent", mid))
+    if not found.ids:
+        reasons.append("no_search_hits")
+
+    graph = _GraphResult(None, {}, [], {}, [])
+    if router and strategy_used is Strategy.DEEP_MULTI_HOP:
+        graph = _graph_walk(workspace=workspace, seed_ids=found.ids[: cfg.graph_seeds], cfg=cfg)
+        reasons.extend(graph.reasons)
+    spread_rows = _spread_rows(workspace, graph, rows, now)
+    if graph.subgraph is not None and graph.hits:
+        relevance_of_node = {
+            graph.subgraph.index[mid]: rel
+            for mid, rel in zip(found.ids[: cfg.graph_seeds], found.relevance.tolist(), strict=False)
+            if mid in graph.subgraph.index
+        }
+        for node, hit in graph.hits.items():
+            mid = graph.subgraph.ids[node]
+            if mid not in rows.position and mid not in spread_rows.position:
+                continue  # archived or deleted since the snapshot
+            propagated = hit.score * relevance_of_node.get(hit.seed, 0.0)
+            cands.add(
+                mid,
+                propagated,
+                {
+                    "kind": "spread",
+                    "seed": str(graph.subgraph.ids[hit.seed]),
+                    "edge_type": hit.edge_type,
+                    "hops": hit.hops,
+                    "path": _spread_path(node, graph.hits, graph.subgraph),
+                },
+            )
+    for pid in pins:
+        if pid in rows.position:
+            cands.add(pid, 0.0, _provenance("pinned", pid))
+            cands.provenance[cands.row[pid]] = _provenance("pinned", pid)
+    for aid in anchor_ids:
+        cands.add(aid, 1.0, _provenance("anchor", aid))
+        cands.provenance[cands.row[aid]] = _provenance("anchor", aid)
+
+    n = len(cands.ids)
+
+    def column(values: Sequence[Any] | npt.NDArray[Any], extra: npt.NDArray[Any]) -> list[Any]:
+        return [values[rows.position[m]] if m in rows.position else extra[spread_rows.position[m]] for m in cands.ids]
+
+    activation = np.asarray(column(rows.activation, spread_rows.activation), dtype=np.float64)
+    age_hours = np.asarray(column(rows.age_hours, spread_rows.age_hours), dtype=np.float64)
+    chars = np.asarray(column(rows.chars, spread_rows.chars), dtype=np.int64)
+    if graph.subgraph is not None and graph.centrality_scores:
+        nodes = np.fromiter((graph.subgraph.index.get(m, -1) for m in cands.ids), dtype=np.int64, count=n)
+        centrality = candidate_centrality(graph.centrality_scores, nodes)
+    else:
+        centrality = np.zeros(n)
+    is_anchor = np.fromiter((m in anchor_ids for m in cands.ids), dtype=np.bool_, count=n)
+    is_pinned = np.fromiter((m in pins for m in cands.ids), dtype=np.bool_, count=n)
+    pin_weight = np.fromiter((pins.get(m, 0.0) for m in cands.ids), dtype=np.float64, count=n)
+    scored = score_candidates(
+        CandidateSignals(
+            activation=activation,
+            relevance=np.asarray(cands.relevance, dtype=np.float64),
+            age_hours=age_hours,
+            centrality=centrality,
+            is_anchor=is_anchor,
+            is_pinned=is_pinned,
+            pin_weight=pin_weight,
+        ),
+        mode=surfacing_mode,
+        weights=cfg.weights(),
+    )
+    order = scored.order()
+    tokens = estimate_tokens_array(chars)
+    budget = apply_budget(order, tokens, scored.mandatory, k, max_tokens)
+    if budget.dropped_for_budget.size:
+        reasons.append(
+            f"budget:max_tokens={max_tokens} left out {budget.dropped_for_budget.size} ranked item(s) "
+            f"({int(tokens[budget.dropped_for_budget].sum())} tokens)"
+        )
+    selected = budget.selected.tolist()
+    declined_rows: list[int] = []
+    if explain:
+        chosen = set(selected)
+        declined_rows = [r for r in order.tolist() if r not in chosen][:DECLINED_SHOWN]
+    details = selectors.memory_details(workspace=workspace, ids=[cands.ids[r] for r in [*selected, *declined_rows]])
+    items = [
+        ContextItem(
+            id=cands.ids[r],
+            content=details[cands.ids[r]].content if cands.ids[r] in details else "",
+            memory_type=details[cands.ids[r]].memory_type if cands.ids[r] in details else "",
+            score=float(scored.composite[r]),
+            score_breakdown=scored.breakdown(r),
+            provenance=cands.provenance[r],
+            tokens=int(tokens[r]),
+        )
+        for r in selected
+        if cands.ids[r] in details
+    ]
+    declined: list[DeclinedItem] | None = None
+    if explain:
+        dropped = set(budget.dropped_for_budget.tolist())
+        rank_of = {row: i + 1 for i, row in enumerate(order.tolist())}
+        declined = []
+        for r in declined_rows:
+            mid = cands.ids[r]
+            breakdown = scored.breakdown(r)
+            if r in dropped:
+                factor, detail = "budget", f"ranked inside k but {int(tokens[r])} tokens did not fit max_tokens"
+            else:
+                factor, detail = _declined_factor(breakdown, cfg.activation_floor, details.get(mid))
+            declined.append(
+                DeclinedItem(
+                    id=mid,
+                    content=details[mid].content if mid in details else "",
+                    memory_type=details[mid].memory_type if mid in details else "",
+                    score=float(scored.composite[r]),
+                    rank=rank_of[r],
+                    score_breakdown=breakdown,
+                    provenance=cands.provenance[r],
+                    factor=factor,
+                    detail=detail,
+                )
+            )
+
+    returned_ids = [item.id for item in items]
+    returned_anchors = [a for a in anchors if a.id in set(returned_ids)]
+    warnings = (
+        anchor_drift_warnings(selectors.anchors_info(workspace=workspace, anchors=returned_anchors), now)
+        if returned_anchors
+        else []
+    )
+    if record and returned_ids:
+        subgraph = graph.subgraph
+        if subgraph is None and cfg.max_partners > 0:
+            subgraph = graph_store().neighbourhood(workspace, returned_ids, hops=1, max_nodes=10 * cfg.max_partners)
+        decision_id = retrieval_signals(
+            workspace_id=workspace.pk,
+            memory_ids=returned_ids,
+            source=RetrievalSource.CONTEXT,
+            delta=BOOST_SURFACED,
+            query=query,
+            session_id=session,
+            partner_ids=_partners(subgraph, returned_ids, cfg.max_partners),
+            partner_delta=BOOST_CO_RETRIEVED,
+        )
+    else:
+        decision_id = uuid.uuid4()
+    return WorkingContext(
+        decision_id=decision_id,
+        strategy_used=strategy_used.value,
+        requested_strategy=decision.requested.value if decision.requested is not None else None,
+        confidence=decision.confidence,
+        reasons=reasons,
+        mode=surfacing_mode.value,
+        settings=cfg,
+        items=items,
+        tokens_used=sum(item.tokens for item in items),
+        drift_warnings=[w.as_dict() for w in warnings],
+        recorded=record and bool(returned_ids),
+        declined=declined,
+    )
+
+
+def _spread_rows(
+    workspace: Workspace, graph: _GraphResult, rows: selectors.CandidateRows, now: datetime
+) -> selectors.CandidateRows:
+    """Rows of memories reached by spreading that the search did not already load."""
+    if graph.subgraph is None or not graph.hits:
+        return selectors.candidate_rows(workspace=workspace, ids=(), now=now)
+    missing = [graph.subgraph.ids[node] for node in graph.hits if graph.subgraph.ids[node] not in rows.position]
+    return selectors.candidate_rows(workspace=workspace, ids=missing, now=now)
+
+
+# -- search -----------------------------------------------------------------------------------------
+
+
+def search(workspace: Workspace, query: str, k: int = 10, *, record: bool = True, session_id: str = "") -> SearchResult:
+    """Direct retrieval: the ``k`` memories most relevant to ``query`` (lexical fused with cosine).
+
+    ``score`` is the fused relevance in [0, 1]. With ``record`` every returned memory is boosted
+    +0.05 and gets a retrieval event with source "search".
+    """
+    k = _validate_k(k)
+    query = _validate_query(query)
+    cfg = effective_settings(workspace.surfacing_settings)
+    now = timezone.now()
+    found = _search_candidates(
+        workspace=workspace,
+        query=query,
+        limit=max(cfg.candidate_multiplier * k, k),
+        cfg=cfg,
+        semantic=True,
+        extra_ids=(),
+        now=now,
+    )
+    top = found.ids[:k]
+    memories = memories_by_ids(workspace=workspace, ids=top)
+    hits = [
+        SearchHit(memories[m], float(s)) for m, s in zip(top, found.relevance.tolist(), strict=False) if m in memories
+    ]
+    if record and hits:
+        result_set = retrieval_signals(
+            workspace_id=workspace.pk,
+            memory_ids=[h.memory.id for h in hits],
+            source=RetrievalSource.SEARCH,
+            delta=BOOST_DIRECT,
+            query=query,
+            session_id=session_id,
+        )
+    else:
+        result_set = uuid.uuid4()
+    return SearchResult(result_set=result_set, hits=hits)
+
+
+# -- pins -------------------------------------------------------------------------------------------
+
+
+def _validate_weight(weight: object) -> float:
+    if weight is None:
+        return 1.0
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
+        raise InvalidInput("weight: expected a number", field="weight")
+    if not 0.0 < float(weight) <= PIN_WEIGHT_MAX:
+        raise InvalidInput(f"weight: must be within (0, {PIN_WEIGHT_MAX}]", field="weight")
+    return float(weight)
+
+
+def _validate_pin_session(session_id: object) -> str:
+    session = _validate_session(session_id)
+    if not session:
+        raise InvalidInput("session_id: must not be blank", field="session_id")
+    return session
+
+
+def pin_put(*, workspace: Workspace, session_id: str, memory: Memory, weight: object = None) -> Pin:
+    """Pin ``memory`` (of ``workspace``; the caller looked it up there) for the session; refreshes the
+    session's 24 h TTL. Conflict ``session_pin_workspace_conflict`` when the session is bound elsewhere."""
+    if memory.workspace_id != workspace.pk:
+        raise InvalidInput("memory_id: the memory belongs to another workspace", field="memory_id")
+    return pin_store().pin(
+        workspace=workspace,
+        session_id=_validate_pin_session(session_id),
+        memory_id=memory.id,
+        weight=_validate_weight(weight),
+        now=timezone.now(),
+    )
+
+
+def pin_delete(*, workspace: Workspace, session_id: str, memory: Memory) -> bool:
+    """Unpin; True when a pin was removed. Conflict when the session is bound to another workspace."""
+    return pin_store().unpin(
+        workspace=workspace, session_id=_validate_pin_session(session_id), memory_id=memory.id, now=timezone.now()
+    )
+
+
+# -- settings ---------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def settings_update(
+    *, workspace: Workspace, actor: User | None, surfacing: Any = None, evolution: Any = None
+) -> selectors.WorkspaceSettings:
+    """Merge validated changes into the workspace's stored overrides (``null`` resets a key) and audit
+    the change. Nothing is written when any value is invalid."""
+    surfacing_changes = validate_surfacing_changes(surfacing) if surfacing is not None else {}
+    evolution_changes = validate_evolution_changes(evolution) if evolution is not None else {}
+    locked = Workspace.objects.select_for_update().get(pk=workspace.pk)
+    before = {"surfacing": dict(locked.surfacing_settings), "evolution": dict(locked.evolution_settings)}
+    stored_surfacing = dict(locked.surfacing_settings)
+    for key, value in surfacing_changes.items():
+        if value is None:
+            stored_surfacing.pop(key, None)
+        else:
+            stored_surfacing[key] = value
+    stored_evolution = dict(locked.evolution_settings)
+    for key, value in evolution_changes.items():
+        if value is None:
+            stored_evolution.pop(key, None)
+        else:
+            stored_evolution[key] = value
+    # Validate the merged whole too (e.g. a stored value from an older release).
+    effective = effective_settings(stored_surfacing)
+    locked.surfacing_settings = stored_surfacing
+    locked.evolution_settings = stored_evolution
+    locked.save(update_fields=["surfacing_settings", "evolution_settings"])
+    workspace.surfacing_settings = stored_surfacing
+    workspace.evolution_settings = stored_evolution
+    after = {"surfacing": stored_surfacing, "evolution": stored_evolution}
+    if before != after:
+        AuditEntry.objects.create(
+            workspace=workspace,
+            actor_id=actor.pk if actor is not None and actor.is_authenticated else None,
+            action="settings.update",
+            object_id=str(workspace.pk),
+            detail={"before": before, "after": after},
+        )
+    return selectors.WorkspaceSettings(surfacing=effective, evolution=effective_evolution(stored_evolution))

@@ -1,0 +1,409 @@
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from memories import services as memory_services
+from memories.algorithms.activation import decayed_activation
+from memories.errors import InvalidInput
+from memories.models import Memory, RetrievalEvent, Status, Workspace
+from memories.signalbus import LocalSignalBus
+from surfacing import services
+from surfacing.graphstore import SqlGraphStore, set_graph_store
+from surfacing.pins import DbPinStore, pin_store, set_pin_store
+
+pytestmark = [pytest.mark.django_db, pytest.mark.api]
+
+Make = Callable[..., Memory]
+
+
+@pytest.fixture(autouse=True)
+def stores() -> Iterator[None]:
+    set_graph_store(SqlGraphStore())
+    set_pin_store(DbPinStore())
+    yield
+    set_graph_store(None)
+    set_pin_store(None)
+
+
+@pytest.fixture
+def now() -> datetime:
+    return timezone.now()
+
+
+def aged(make_memory: Make, now: datetime, content: str, hours: float, **fields: Any) -> Memory:
+    return make_memory(content, created_at=now - timedelta(hours=hours), **fields)
+
+
+def link(workspace: Workspace, a: Memory, b: Memory, edge_type: str = "RELATED") -> None:
+    memory_services.edge_link(workspace=workspace, source=a, target=b, edge_type=edge_type)
+
+
+def ids(context: services.WorkingContext) -> list[Any]:
+    return [item.id for item in context.items]
+
+
+# -- scoring against the reference values -----------------------------------------------------------
+
+
+def test_legacy_mode_scores_relevance_times_recency_times_floored_activation(
+    workspace: Workspace, make_memory: Make, now: datetime
+) -> None:
+    memory = aged(make_memory, now, "postgres connection pool settings", 1.0)
+    ctx = services.get_working_context(workspace, "s", "postgres pool", k=5, mode="legacy", record=False, now=now)
+
+    (item,) = ctx.items
+    breakdown = item.score_breakdown
+    activation = decayed_activation(0.5, memory.created_at, 720.0, now)
+    assert breakdown["recency"] == pytest.approx(0.959189, abs=1e-6)  # (ran) 1 h
+    assert breakdown["relevance"] == pytest.approx(1.0)
+    assert breakdown["activation"] == pytest.approx(activation, abs=1e-9)
+    assert item.score == pytest.approx(1.0 * 0.959189 * activation, abs=1e-6)
+    assert breakdown["centrality"] == breakdown["session_pin_boost"] == breakdown["freshness_boost"] == 0.0
+    assert ctx.strategy_used == "fast:recency"
+    assert ctx.reasons == ["legacy_mode"]
+    assert item.provenance == {"kind": "lexical", "seed": None, "edge_type": None, "hops": 0, "path": [str(memory.id)]}
+
+
+def test_router_mode_adds_freshness_for_new_memories(workspace: Workspace, make_memory: Make, now: datetime) -> None:
+    one = aged(make_memory, now, "deploy checklist for friday", 1.0)
+    twelve = aged(make_memory, now, "deploy rollback notes", 12.0)
+    old = aged(make_memory, now, "deploy history of last year", 48.0)
+    ctx = services.get_working_context(
+        workspace, "s", "deploy", k=5, mode="router", strategy="fast:recency", record=False, now=now
+    )
+    by_id = {item.id: item.score_breakdown for item in ctx.items}
+    assert by_id[one.id]["freshness_boost"] == pytest.approx(0.191667, abs=1e-6)
+    assert by_id[twelve.id]["freshness_boost"] == pytest.approx(0.1, abs=1e-6)
+    assert by_id[twelve.id]["recency"] == pytest.approx(0.606531, abs=1e-6)
+    assert by_id[old.id]["freshness_boost"] == 0.0
+
+
+def test_recency_time_constant_is_a_setting(workspace: Workspace, make_memory: Make, now: datetime) -> None:
+    aged(make_memory, now, "quarterly budget review", 24.0 * 30)
+    default = services.get_working_context(workspace, "s", "budget", mode="legacy", record=False, now=now)
+    tuned = services.get_working_context(
+        workspace,
+        "s",
+        "budget",
+        mode="legacy",
+        record=False,
+        now=now,
+        settings_override={"recency_time_constant_hours": 24.0 * 365},
+    )
+    assert default.items[0].score_breakdown["recency"] == pytest.approx(math.exp(-30), rel=1e-6)
+    assert tuned.items[0].score_breakdown["recency"] == pytest.approx(math.exp(-30 / 365), rel=1e-6)
+    assert tuned.settings.recency_time_constant_hours == 24.0 * 365
+
+
+def test_ranking_follows_the_composite(workspace: Workspace, make_memory: Make, now: datetime) -> None:
+    stale = aged(make_memory, now, "invoice export format", 24.0 * 5)
+    fresh = aged(make_memory, now, "invoice export format", 2.0)
+    ctx = services.get_working_context(workspace, "s", "invoice export", mode="legacy", record=False, now=now)
+    assert ids(ctx) == [fresh.id, stale.id]
+    assert ctx.items[0].score > ctx.items[1].score
+
+
+# -- strategies ---------------------------------------------------------------------------------------
+
+
+def test_deep_multi_hop_surfaces_graph_neighbours_that_share_no_word(
+    workspace: Workspace, make_memory: Make, now: datetime
+) -> None:
+    decision = make_memory("We picked JWT for authentication", memory_type="decision")
+    balancer = make_memory("The load balancer has no sticky sessions")
+    rfc = make_memory("RFC 7519 reference kept for the team")
+    make_memory("Lunch is at noon")
+    link(workspace, decision, balancer, "RELATED")
+    link(workspace, balancer, rfc, "MENTIONS")
+
+    ctx = services.get_working_context(workspace, "s", "why did we pick JWT?", mode="router", record=False, now=now)
+
+    assert ctx.strategy_used == "deep:multi-hop"
+    assert ctx.reasons[0] == "keyword:why"
+    by_id = {item.id: item for item in ctx.items}
+    assert set(by_id) == {decision.id, balancer.id, rfc.id}
+    seed_relevance = by_id[decision.id].score_breakdown["relevance"]
+    hop1, hop2 = by_id[balancer.id], by_id[rfc.id]
+    assert hop1.provenance == {
+        "kind": "spread",
+        "seed": str(decision.id),
+        "edge_type": "RELATED",
+        "hops": 1,
+        "path": [str(decision.id), str(balancer.id)],
+    }
+    assert hop2.provenance["hops"] == 2
+    assert hop2.provenance["edge_type"] == "MENTIONS"
+    assert hop2.provenance["path"] == [str(decision.id), str(balancer.id), str(rfc.id)]
+    assert hop1.score_breakdown["relevance"] == pytest.approx(0.5 * seed_relevance)
+    assert hop2.score_breakdown["relevance"] == pytest.approx(0.25 * seed_relevance)
+    centrality = [item.score_breakdown["centrality"] for item in ctx.items]
+    assert max(centrality) == pytest.approx(1.0)  # normalised by the maximum over the candidates
+    assert min(centrality) > 0.0
+    assert hop2.score_breakdown["centrality"] < hop1.score_breakdown["centrality"]
+
+
+def test_fast_recency_and_legacy_never_walk_the_graph(workspace: Workspace, make_memory: Make, now: datetime) -> None:
+    decision = make_memory("We picked JWT for authentication")
+    neighbour = make_memory("The load balancer has no sticky sessions")
+    link(workspace, decision, neighbour)
+    for mode, strategy in (("router", "fast:recency"), ("legacy", None)):
+        ctx = services.get_working_context(
+            workspace, "s", "why JWT", mode=mode, strategy=strategy, record=False, now=now
+        )
+        assert ids(ctx) == [decision.id]
+        assert ctx.items[0].score_breakdown["centrality"] == 0.0
+
+
+def test_factual_point_query_skips_the_semantic_pool(workspace: Workspace, make_memory: Make, now: datetime) -> None:
+    make_memory("invoices are sent on the first of the month")
+    unrelated = make_memory("The cafeteria closes early on Fridays")
+    loose = {"semantic_min_similarity": -1.0}
+    fast = services.get_working_context(
+        workspace, "s", "invoices", mode="router", strategy="fast:recency", settings_override=loose, record=False
+    )
+    factual = services.get_working_context(
+        workspace, "s", "invoices", mode="router", settings_override=loose, record=False
+    )
+    assert factual.strategy_used == "factual:point-query"
+    assert factual.reasons == ["bare_noun"]
+    assert unrelated.id in ids(fast)
+    assert {i.provenance["kind"] for i in fast.items if i.id == unrelated.id} == {"recent"}
+    assert unrelated.id not in ids(factual)
+
+
+def test_soft_degraded_strategy_runs_fast_recency(workspace: Workspace, make_memory: Make) -> None:
+    make_memory("how to rotate keys")
+    ctx = services.get_working_context(workspace, "s", "rotate keys", mode="router", strategy="procedural:lookup")
+    assert ctx.strategy_used == "fast:recency"
+    assert ctx.requested_strategy == "procedural:lookup"
+    assert ctx.confidence == 1.0
+    assert ctx.reasons == ["caller_explicit", "unimplemented_strategy_soft_degrade"]
+
+
+# -- pins and anchors ---------------------------------------------------------------------------------
+
+
+def test_pinned_memory_is_forced_first_with_its_boost(workspace: Workspace, make_memory: Make, now: datetime) -> None:
+    hit = make_memory("kafka consumer lag alert")
+    pinned = make_memory("Project requirements document")
+    services.pin_put(workspace=workspace, session_id="chat-1", memory=pinned, weight=2.0)
+
+    ctx = services.get_working_context(workspace, "chat-1", "kafka lag", mode="router", record=False, now=now)
+
+    assert ids(ctx) == [pinned.id, hit.id]
+    assert ctx.items[0].score_breakdown["session_pin_boost"] == pytest.approx(0.6)
+    assert ctx.items[0].provenance["kind"] == "pinned"
+    other_session = services.get_working_context(workspace, "chat-2", "kafka lag", mode="router", record=False)
+    legacy = services.get_working_context(workspace, "chat-1", "kafka lag", mode="legacy", record=False)
+    assert ids(other_session) == ids(legacy) == [hit.id]
+
+
+def test_anchors_are_always_returned_with_drift_warnings(
+    workspace: Workspace, make_memory: Make, now: datetime
+) -> None:
+    anchor = aged(make_memory, now, "Deploys happen on Tuesdays", 48.0, memory_type="anchor", subject="deploy day")
+    newer = aged(make_memory, now, "Deploys moved to Thursdays", 2.0, subject="deploy day")
+    make_memory("kafka consumer lag alert")
+
+    ctx = services.get_working_context(workspace, "s", "kafka lag", mode="legacy", record=False, now=now)
+
+    assert ids(ctx)[0] == anchor.id
+    assert ctx.items[0].score_breakdown["anchor_forced"] is True
+    assert ctx.items[0].provenance["kind"] == "anchor"
+    (warning,) = ctx.drift_warnings
+    assert warning["kind"] == "newer_subject"
+    assert warning["anchor_id"] == str(anchor.id)
+    assert warning["related_ids"] == [str(newer.id)]
+
+
+def test_max_tokens_below_the_smallest_anchor_is_refused(workspace: Workspace, make_memory: Make) -> None:
+    make_memory("x" * 40, memory_type="anchor")  # 10 tokens
+    with pytest.raises(InvalidInput) as err:
+        services.get_working_context(workspace, "s", "anything", max_tokens=9, record=False)
+    assert err.value.field == "max_tokens"
+    assert "10 tokens" in err.value.detail
+    services.get_working_context(workspace, "s", "anything", max_tokens=10, record=False)
+
+
+def test_budget_keeps_tokens_under_max_and_says_what_it_left_out(workspace: Workspace, make_memory: Make) -> None:
+    big = make_memory("release " + "notes " * 100)  # ~150 tokens
+    small = make_memory("release date is friday")
+    ctx = services.get_working_context(
+        workspace, "s", "release notes", max_tokens=40, mode="legacy", record=False, explain=True
+    )
+    assert ids(ctx) == [small.id]
+    assert ctx.tokens_used <= 40
+    assert any(r.startswith("budget:max_tokens=40") for r in ctx.reasons)
+    assert ctx.declined is not None
+    assert [(d.id, d.factor) for d in ctx.declined] == [(big.id, "budget")]
+
+
+def test_explain_names_what_held_each_declined_candidate_down(
+    workspace: Workspace, make_memory: Make, now: datetime
+) -> None:
+    aged(make_memory, now, "grafana dashboard for payments", 1.0)
+    old = aged(make_memory, now, "grafana dashboard for payments", 24.0 * 20)
+    ctx = services.get_working_context(
+        workspace, "s", "grafana payments", k=1, mode="legacy", record=False, explain=True
+    )
+    assert ctx.declined is not None
+    (declined,) = ctx.declined
+    assert declined.id == old.id
+    assert declined.factor == "recency"
+    assert declined.rank == 2
+
+
+# -- validation ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"k": 0}, "k"),
+        ({"k": 101}, "k"),
+        ({"k": "5"}, "k"),
+        ({"k": True}, "k"),
+        ({"strategy": "deep"}, "strategy"),
+        ({"mode": "turbo"}, "mode"),
+        ({"mode": "legacy", "strategy": "deep:multi-hop"}, "strategy"),
+        ({"mode": "legacy", "strategy": "procedural:lookup"}, "strategy"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"query": "   "}, "query"),
+    ],
+)
+def test_bad_input_names_the_field(workspace: Workspace, kwargs: dict[str, Any], field: str) -> None:
+    args: dict[str, Any] = {"query": "anything", **kwargs}
+    query = args.pop("query")
+    with pytest.raises(InvalidInput) as err:
+        services.get_working_context(workspace, "s", query, record=False, **args)
+    assert err.value.field == field
+
+
+def test_legacy_mode_accepts_an_explicit_fast_recency(workspace: Workspace) -> None:
+    ctx = services.get_working_context(workspace, "s", "x", mode="legacy", strategy="fast:recency", record=False)
+    assert ctx.reasons[:2] == ["legacy_mode", "caller_explicit"]
+
+
+# -- what surfaces and what does not -------------------------------------------------------------------
+
+
+def test_archived_memories_never_surface(workspace: Workspace, make_memory: Make, user: Any) -> None:
+    kept = make_memory("sprint retro notes")
+    gone = make_memory("sprint retro notes draft")
+    memory_services.memory_archive(workspace=workspace, memory=gone, actor=user)
+    assert ids(services.get_working_context(workspace, "s", "sprint retro", record=False)) == [kept.id]
+    assert [h.memory.id for h in services.search(workspace, "sprint retro", record=False).hits] == [kept.id]
+
+
+def test_another_workspaces_memory_never_appears_even_through_a_pin(
+    workspace: Workspace, other_workspace: Workspace, make_memory: Make
+) -> None:
+    mine = make_memory("roadmap for the mobile app")
+    foreign = make_memory("roadmap for the mobile app (secret)", ws=other_workspace)
+    # Bypass the service's ownership check: the context must still never read the foreign row.
+    pin_store().pin(workspace=workspace, session_id="s", memory_id=foreign.id, weight=1.0, now=timezone.now())
+    ctx = services.get_working_context(workspace, "s", "mobile roadmap", mode="router", record=False)
+    assert ids(ctx) == [mine.id]
+    assert [h.memory.id for h in services.search(workspace, "mobile roadmap", record=False).hits] == [mine.id]
+
+
+def test_pinning_a_memory_of_another_workspace_is_refused(
+    workspace: Workspace, other_workspace: Workspace, make_memory: Make
+) -> None:
+    foreign = make_memory("their plan", ws=other_workspace)
+    with pytest.raises(InvalidInput):
+        services.pin_put(workspace=workspace, session_id="s", memory=foreign)
+
+
+# -- signals ------------------------------------------------------------------------------------------
+
+
+def test_context_boosts_returned_memories_and_their_partners(
+    workspace: Workspace, make_memory: Make, fresh_signal_bus: LocalSignalBus
+) -> None:
+    top = make_memory("terraform state lock timeout")
+    second = make_memory("terraform plan output")
+    partner = make_memory("infrastructure repository layout")
+    link(workspace, top, partner)
+
+    ctx = services.get_working_context(workspace, "sess", "terraform state lock", k=2, mode="legacy")
+    assert ids(ctx) == [top.id, second.id]
+    fresh_signal_bus.flush()
+
+    events = list(RetrievalEvent.objects.filter(result_set=ctx.decision_id).order_by("rank"))
+    assert [(e.memory_id, e.rank, e.source, e.session_id) for e in events] == [
+        (top.id, 1, "context", "sess"),
+        (second.id, 2, "context", "sess"),
+    ]
+    scores = dict(Memory.objects.values_list("id", "activation_score"))
+    assert scores[top.id] == pytest.approx(0.52)
+    assert scores[second.id] == pytest.approx(0.52)
+    assert scores[partner.id] == pytest.approx(0.51)
+
+
+def test_dry_read_does_not_boost_or_record(
+    workspace: Workspace, make_memory: Make, fresh_signal_bus: LocalSignalBus
+) -> None:
+    make_memory("terraform state lock timeout")
+    ctx = services.get_working_context(workspace, "s", "terraform", record=False)
+    assert ctx.items and not ctx.recorded
+    assert fresh_signal_bus.pending() == 0
+    services.search(workspace, "terraform", record=False)
+    assert fresh_signal_bus.pending() == 0
+
+
+def test_search_returns_scored_hits_and_boosts_them_by_a_direct_retrieval(
+    workspace: Workspace, make_memory: Make, fresh_signal_bus: LocalSignalBus
+) -> None:
+    best = make_memory("redis eviction policy is allkeys-lru")
+    other = make_memory("redis version upgrade")
+    make_memory("unrelated lunch menu")
+    result = services.search(workspace, "redis eviction policy", k=5)
+    assert [h.memory.id for h in result.hits] == [best.id, other.id]
+    assert 1.0 >= result.hits[0].score > result.hits[1].score > 0.0
+    fresh_signal_bus.flush()
+    assert Memory.objects.get(id=best.id).activation_score == pytest.approx(0.55)
+    assert set(RetrievalEvent.objects.filter(result_set=result.result_set).values_list("source", flat=True)) == {
+        "search"
+    }
+
+
+def test_search_validates_k(workspace: Workspace) -> None:
+    with pytest.raises(InvalidInput) as err:
+        services.search(workspace, "x", k=0)
+    assert err.value.field == "k"
+
+
+# -- settings -----------------------------------------------------------------------------------------
+
+
+def test_workspace_settings_drive_the_mode_and_are_echoed(workspace: Workspace, user: Any, make_memory: Make) -> None:
+    make_memory("kafka consumer lag alert")
+    services.settings_update(workspace=workspace, actor=user, surfacing={"mode": "router", "pin_multiplier": 0.5})
+    ctx = services.get_working_context(workspace, "s", "kafka", record=False)
+    assert ctx.mode == "router"
+    assert ctx.settings.pin_multiplier == 0.5
+    services.settings_update(workspace=workspace, actor=user, surfacing={"mode": None})
+    assert services.get_working_context(workspace, "s", "kafka", record=False).mode == "legacy"
+
+
+def test_invalid_settings_change_writes_nothing(workspace: Workspace, user: Any) -> None:
+    with pytest.raises(InvalidInput) as err:
+        services.settings_update(
+            workspace=workspace, actor=user, surfacing={"mode": "router"}, evolution={"compression_enabled": "yes"}
+        )
+    assert err.value.field == "evolution.compression_enabled"
+    workspace.refresh_from_db()
+    assert workspace.surfacing_settings == {}
+
+
+def test_status_filter_keeps_only_active(workspace: Workspace, make_memory: Make) -> None:
+    memory = make_memory("superseded fact about billing")
+    Memory.objects.filter(id=memory.id).update(status=Status.SUPERSEDED)
+    assert services.get_working_context(workspace, "s", "billing", record=False).items == []
