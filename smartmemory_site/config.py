@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -28,7 +28,8 @@ def _fail(variable: str, value: str, expected: str) -> ImproperlyConfigured:
 
 
 def env_str(name: str, default: str = "") -> str:
-    return os.environ.get(name, default).strip()
+    """The stripped value of `name`; unset and blank both mean `default` (as for env_bool/env_int)."""
+    return os.environ.get(name, "").strip() or default
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -67,8 +68,7 @@ def database_from_env(base_dir: Path) -> dict[str, object]:
     """Return Django's DATABASES["default"] for DATABASE_URL (SQLite file in var/ when unset)."""
     raw = env_str("DATABASE_URL")
     if not raw:
-        path = base_dir / "var" / "smartmemory.sqlite3"
-        return _sqlite(str(path))
+        return _sqlite(str(base_dir / "var" / "smartmemory.sqlite3"))
     parts = urlsplit(raw)
     scheme = parts.scheme.lower()
     if scheme == "sqlite":
@@ -84,11 +84,12 @@ def database_from_env(base_dir: Path) -> dict[str, object]:
             port = parts.port
         except ValueError:
             raise _fail("DATABASE_URL", raw, "a numeric port") from None
+        # URLs carry reserved characters of credentials percent-encoded ("p%40ss" is "p@ss").
         return {
             "ENGINE": "django.db.backends.postgresql",
-            "NAME": parts.path.strip("/"),
-            "USER": parts.username or "",
-            "PASSWORD": parts.password or "",
+            "NAME": unquote(parts.path.strip("/")),
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
             "HOST": parts.hostname,
             "PORT": str(port or 5432),
             "CONN_MAX_AGE": 60,
