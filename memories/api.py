@@ -18,6 +18,7 @@ from memories.models import RetrievalSource
 from memories.signalbus import retrieval_signals
 
 ERRORS = {400: serializers.ErrorOut, 403: serializers.ErrorOut, 404: serializers.ErrorOut}
+CONFLICT = {409: serializers.ErrorOut}
 
 
 def _bool_param(request: Request, name: str) -> bool | None:
@@ -87,7 +88,7 @@ class WorkspaceListCreateApi(APIView):
         rows = selectors.workspace_list_for_user(user=request.user)
         return Response({"results": [serializers.workspace_json(a.workspace, a.role) for a in rows]})
 
-    @extend_schema(request=serializers.WorkspaceIn, responses={201: serializers.WorkspaceOut, **ERRORS})
+    @extend_schema(request=serializers.WorkspaceIn, responses={201: serializers.WorkspaceOut, **ERRORS, **CONFLICT})
     def post(self, request: Request) -> Response:
         data = serializers.WorkspaceIn(data=request.data)
         data.is_valid(raise_exception=True)
@@ -128,9 +129,7 @@ class MemoryListCreateApi(APIView):
         now = timezone.now()
         return Response(
             {
-                "results": [
-                    serializers.memory_json(m, now, workspace=access.workspace) for m in page.results
-                ],
+                "results": [serializers.memory_json(m, now, workspace=access.workspace) for m in page.results],
                 "next": page.next_cursor,
             }
         )
@@ -165,15 +164,11 @@ class MemoryDetailApi(APIView):
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
         changes = inputs.memory_patch_input(request.data)
-        memory = services.memory_update(
-            workspace=access.workspace, memory=memory, actor=request.user, changes=changes
-        )
+        memory = services.memory_update(workspace=access.workspace, memory=memory, actor=request.user, changes=changes)
         return Response(serializers.memory_json(memory, timezone.now(), workspace=access.workspace))
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("confirm", bool, description="true deletes for good; otherwise archives")
-        ],
+        parameters=[OpenApiParameter("confirm", bool, description="true deletes for good; otherwise archives")],
         responses={200: serializers.MemoryOut, 204: None, **ERRORS},
     )
     def delete(self, request: Request, ws: str, memory_id: str) -> Response:
@@ -205,7 +200,7 @@ class ConversationIngestApi(APIView):
 
 
 class EdgeCreateApi(APIView):
-    @extend_schema(request=serializers.EdgeIn, responses={201: serializers.EdgeOut, **ERRORS})
+    @extend_schema(request=serializers.EdgeIn, responses={201: serializers.EdgeOut, **ERRORS, **CONFLICT})
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         data = request.data if isinstance(request.data, dict) else {}
