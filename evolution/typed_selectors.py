@@ -239,3 +239,41 @@ def proposal_get(*, workspace: Workspace, proposal_id: object) -> Proposal:
     if proposal is None:
         raise NotFound(f"proposal {pk} not found in workspace {workspace.slug!r}", field="proposal_id")
     return proposal
+
+
+# -- lifecycle evolvers ---------------------------------------------------------------------------
+
+
+def active_rows(
+    *, workspace: Workspace, memory_types: Sequence[str], fields: Sequence[str], exclude_key: str = ""
+) -> list[tuple[Any, ...]]:
+    """`fields` of active memories of `memory_types`, oldest first; exclude_key drops memories whose
+    metadata has that key (already processed by a lifecycle evolver)."""
+    rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE, memory_type__in=list(memory_types))
+    if exclude_key:
+        rows = rows.exclude(metadata__has_key=exclude_key)
+    return list(rows.order_by("created_at", "id").values_list(*fields))
+
+
+def details_of(
+    *, workspace: Workspace, ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, tuple[str, str, list[str], dict[str, Any]]]:
+    """(content, subject, tags, metadata) of the given memories, fetched in chunks of ids."""
+    found: dict[uuid.UUID, tuple[str, str, list[str], dict[str, Any]]] = {}
+    for start in range(0, len(ids), _IN_CHUNK):
+        chunk = list(ids[start : start + _IN_CHUNK])
+        for mid, content, subject, tags, metadata in Memory.objects.filter(
+            workspace=workspace, id__in=chunk
+        ).values_list("id", "content", "subject", "tags", "metadata"):
+            found[mid] = (content, subject, list(tags or []), dict(metadata or {}))
+    return found
+
+
+def derived_by(
+    *, workspace: Workspace, memory_type: str, evolver: str
+) -> list[tuple[uuid.UUID, str, str, float, dict[str, Any]]]:
+    """Active memories of `memory_type` that `evolver` made: (id, subject, content, confidence, metadata)."""
+    rows = Memory.objects.filter(
+        workspace=workspace, status=Status.ACTIVE, memory_type=memory_type, origin=f"evolver:{evolver}"
+    ).order_by("created_at", "id")
+    return list(rows.values_list("id", "subject", "content", "confidence", "metadata"))

@@ -26,6 +26,11 @@ from evolution.evolvers import enhanced  # noqa: F401  isort: skip
 # runs only when named).
 from evolution.evolvers import typed  # noqa: F401  isort: skip
 
+# The compression ladder last (a no-op unless the workspace opts in), then the lifecycle evolvers, which
+# run only when named.
+from evolution.evolvers import compression  # noqa: F401  isort: skip
+from evolution.evolvers import lifecycle  # noqa: F401  isort: skip
+
 __all__ = [
     "EVOLVERS",
     "EvolutionResult",

@@ -1,0 +1,131 @@
+"""The compression ladder (seed 001), opt-in per workspace: FULL -> SUMMARY -> SKELETON -> TOMBSTONE.
+
+Off unless `workspace.evolution_settings["compression_enabled"]` is true. Target tier by *stored*
+activation (the value the boosts wrote, not decayed to now): >= 0.40 FULL, >= 0.15 SUMMARY, >= 0.05
+SKELETON, below that SKELETON until 30 days old, then TOMBSTONE (evolution.algorithms.compression).
+Only downward; FORGOTTEN only by explicit action. Never compressed: origin tier 1 (written by a person:
+user:, cli:, api:, import:), pinned memories, and memories that are neither active nor archived.
+
+Content at each rung is computed from the FULL content, through the LLMClient (extractive and offline
+by default): SUMMARY = a digest of at most 40% of the length keeping names, numbers and decisions;
+SKELETON = 5-10 key phrases joined by "; "; TOMBSTONE = "[compressed: N chars original]". Every step
+appends the content it replaces to `snapshots` ({tier, content, at}), so the FULL text is always kept
+and `memories.services.memory_rehydrate` restores it. The embedding is left as it is: it still
+describes the full content, so a compressed memory is found by meaning and can be rehydrated.
+
+Every LLM call happens before the first write, so an unreachable endpoint fails the evolver (the
+runner records the error) without a half-compressed workspace.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+import numpy as np
+
+from evolution import typed_selectors
+from evolution.algorithms.compression import (
+    SUMMARY_MAX_RATIO,
+    CompressionTier,
+    compression_plan,
+    tombstone_text,
+)
+from evolution.algorithms.text import join_phrases
+from evolution.evolvers.base import EvolutionResult, MemoryUpdates, register, update_records, write_memory_updates
+from evolution.llm import LLMClient, default_client
+from evolution.models import Action, EvolutionRun
+from memories.models import Workspace
+
+SETTING = "compression_enabled"
+SECONDS_PER_DAY = 86_400.0
+# Memories per compression record: each holds the replaced content twice (before, and inside the new
+# snapshots), so records stay small where the update chunk of other evolvers (500) could reach 100 MB.
+COMPRESSION_RECORD_CHUNK = 100
+
+
+def compression_enabled(workspace: Workspace) -> bool:
+    return (workspace.evolution_settings or {}).get(SETTING) is True
+
+
+def full_content(content: str, snapshots: list[dict[str, Any]]) -> str:
+    """The FULL text of a memory: its FULL snapshot when it has one, else the current content."""
+    for snap in snapshots:
+        if isinstance(snap, dict) and snap.get("tier") == CompressionTier.FULL and isinstance(snap.get("content"), str):
+            return str(snap["content"])
+    return content
+
+
+def rung_content(full: str, current: str, tier: CompressionTier, client: LLMClient) -> str:
+    """Content of `tier` made from the FULL text; a digest or skeleton that comes out empty keeps the
+    current content (a very short memory has nothing to drop)."""
+    if tier is CompressionTier.TOMBSTONE:
+        return tombstone_text(len(full))
+    if tier is CompressionTier.SUMMARY:
+        text = client.digest(full, max_ratio=SUMMARY_MAX_RATIO)
+    else:
+        text = join_phrases(client.key_phrases(full))
+    return text if text.strip() else current
+
+
+class CompressionLadder:
+    """Move cold memories down the ladder with a snapshot of every replaced content (see module doc)."""
+
+    name: ClassVar[str] = "CompressionLadder"
+
+    def __init__(self, client: LLMClient | None = None) -> None:
+        self.client = client
+
+    def evolve(
+        self, workspace: Workspace, *, dry_run: bool, run: EvolutionRun | None, now: datetime
+    ) -> EvolutionResult:
+        result = EvolutionResult(evolver=self.name, dry_run=dry_run)
+        if not compression_enabled(workspace):
+            result.stats.update(enabled=0, compressed=0)
+            return result
+        rows = typed_selectors.compression_rows(workspace=workspace)
+        n = len(rows)
+        now_ts = now.timestamp()
+        plan = compression_plan(
+            np.fromiter((r[1] for r in rows), np.float64, n),
+            np.fromiter(((now_ts - r[2].timestamp()) / SECONDS_PER_DAY for r in rows), np.float64, n),
+            np.fromiter((r[3] for r in rows), np.int64, n),
+            np.fromiter((r[4] for r in rows), np.int8, n),
+        )
+        moving = plan.indices.tolist()
+        result.stats.update(enabled=1, candidates=n, compressed=len(moving))
+        if not moving:
+            return result
+        client = self.client or default_client()
+        stored = typed_selectors.compression_contents(workspace=workspace, ids=[rows[k][0] for k in moving])
+        at = now.isoformat()
+        updates = MemoryUpdates(self.name, Action.COMPRESS, "compression ladder")
+        counts = {t.name: 0 for t in CompressionTier}
+        for j, k in enumerate(moving):
+            mid = rows[k][0]
+            content, snapshots = stored[mid]
+            old_tier = int(plan.from_tier[j])
+            new_tier = CompressionTier(int(plan.to_tier[j]))
+            full = full_content(content, snapshots)
+            new_content = rung_content(full, content, new_tier, client)
+            new_snapshots = [*snapshots, {"tier": old_tier, "content": content, "at": at}]
+            updates.add(
+                mid,
+                {
+                    "content": (content, new_content),
+                    "compression_tier": (old_tier, int(new_tier)),
+                    "snapshots": (snapshots, new_snapshots),
+                },
+                plan.reason(j),
+            )
+            counts[new_tier.name] += 1
+        if not dry_run:
+            write_memory_updates([updates])
+        result.records = update_records(
+            updates, workspace=workspace, run=run, dry_run=dry_run, now=now, chunk=COMPRESSION_RECORD_CHUNK
+        )
+        result.stats.update({f"to_{name.lower()}": c for name, c in counts.items() if c})
+        return result
+
+
+register(CompressionLadder)

@@ -1,0 +1,169 @@
+"""Compression ladder (seed 001) over a real database: opt-in, tiers by stored activation, snapshots,
+protected memories, LLM client use and failure, rehydrate and exact revert."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from evolution import services
+from evolution.algorithms.text import join_phrases, key_phrases
+from evolution.evolvers import compression
+from evolution.evolvers.compression import CompressionLadder
+from evolution.llm import FakeClient, LLMError
+from evolution.models import EvolutionRecord
+from memories import services as memory_services
+from memories.models import CompressionTier, Memory, Workspace
+
+pytestmark = [pytest.mark.django_db, pytest.mark.api]
+
+TEXT = (
+    "The team met on Monday to review the billing outage. Alice Chen decided to move invoices to "
+    "PostgreSQL 15 because SQLite locked under 400 writes per second. Lunch was pizza. Bob said the "
+    "weather was nice. The migration must finish by March 3 and will cost 2 engineer weeks. Everyone "
+    "agreed the dashboards looked fine and nobody had other comments about the plan or the room."
+)
+
+
+@pytest.fixture
+def enabled(workspace: Workspace) -> Workspace:
+    workspace.evolution_settings = {"compression_enabled": True}
+    workspace.save()
+    return workspace
+
+
+def agent_memory(kit: Any, activation: float, age_days: float = 5.0, **fields: Any) -> Memory:
+    values = {"origin": "agent:bot", "origin_tier": 2, "activation_score": activation, **fields}
+    memory: Memory = kit.mem(TEXT, memory_type="episodic", age_days=age_days, **values)
+    return memory
+
+
+def fresh(memory: Memory) -> Memory:
+    return Memory.objects.get(id=memory.id)
+
+
+def test_compression_is_off_unless_the_workspace_opts_in(kit: Any) -> None:
+    agent_memory(kit, 0.01, age_days=60)
+    rows = kit.memory_rows()
+    run = kit.run("CompressionLadder")
+    assert kit.memory_rows() == rows
+    assert run.summary["evolvers"][0]["stats"]["enabled"] == 0
+
+
+def test_reference_tiers_by_stored_activation(kit: Any, enabled: Workspace) -> None:
+    warm = agent_memory(kit, 0.40)
+    summary = agent_memory(kit, 0.39)
+    skeleton = agent_memory(kit, 0.149)
+    young_cold = agent_memory(kit, 0.049, age_days=10)
+    old_cold = agent_memory(kit, 0.049, age_days=30)
+    kit.run("CompressionLadder")
+    assert fresh(warm).compression_tier == CompressionTier.FULL
+    assert fresh(summary).compression_tier == CompressionTier.SUMMARY
+    assert fresh(skeleton).compression_tier == CompressionTier.SKELETON
+    assert fresh(young_cold).compression_tier == CompressionTier.SKELETON
+    assert fresh(old_cold).compression_tier == CompressionTier.TOMBSTONE
+
+
+def test_each_rung_has_the_seed_content_and_keeps_a_snapshot(kit: Any, enabled: Workspace) -> None:
+    summary = agent_memory(kit, 0.39)
+    skeleton = agent_memory(kit, 0.1)
+    tombstone = agent_memory(kit, 0.01, age_days=45)
+    kit.run("CompressionLadder")
+    digest = fresh(summary).content
+    assert 0 < len(digest) <= int(0.4 * len(TEXT))
+    assert "Alice Chen decided" in digest
+    assert fresh(skeleton).content == join_phrases(key_phrases(TEXT))
+    assert 5 <= len(fresh(skeleton).content.split("; ")) <= 10
+    assert fresh(tombstone).content == f"[compressed: {len(TEXT)} chars original]"
+    for memory in (summary, skeleton, tombstone):
+        (snap,) = fresh(memory).snapshots
+        assert snap["tier"] == CompressionTier.FULL
+        assert snap["content"] == TEXT
+    # The vector still describes the full text.
+    assert fresh(summary).embedding == summary.embedding
+
+
+def test_user_authored_pinned_and_retired_memories_are_never_compressed(kit: Any, enabled: Workspace) -> None:
+    mine = kit.mem(TEXT, memory_type="episodic", age_days=90, activation_score=0.01)
+    pinned = agent_memory(kit, 0.01, age_days=90, pinned=True)
+    retired = agent_memory(kit, 0.01, age_days=90, status="superseded")
+    kit.run("CompressionLadder")
+    assert mine.origin_tier == 1
+    for memory in (mine, pinned, retired):
+        assert fresh(memory).compression_tier == CompressionTier.FULL
+        assert fresh(memory).content == TEXT
+
+
+def test_the_ladder_only_goes_down_and_later_rungs_start_from_the_full_text(kit: Any, enabled: Workspace) -> None:
+    memory = agent_memory(kit, 0.3)
+    kit.run("CompressionLadder")
+    assert fresh(memory).compression_tier == CompressionTier.SUMMARY
+    summary_text = fresh(memory).content
+    Memory.objects.filter(id=memory.id).update(activation_score=0.95)
+    kit.run("CompressionLadder")
+    assert fresh(memory).compression_tier == CompressionTier.SUMMARY
+    Memory.objects.filter(id=memory.id).update(activation_score=0.1)
+    kit.run("CompressionLadder")
+    compressed = fresh(memory)
+    assert compressed.compression_tier == CompressionTier.SKELETON
+    assert compressed.content == join_phrases(key_phrases(TEXT))
+    assert [(s["tier"], s["content"]) for s in compressed.snapshots] == [
+        (CompressionTier.FULL, TEXT),
+        (CompressionTier.SUMMARY, summary_text),
+    ]
+
+
+def test_rehydrate_restores_the_full_content(kit: Any, enabled: Workspace, user: Any) -> None:
+    memory = agent_memory(kit, 0.01, age_days=60)
+    kit.run("CompressionLadder")
+    rehydrated = memory_services.memory_rehydrate(workspace=enabled, memory=fresh(memory), actor=user)
+    assert rehydrated.compression_tier == CompressionTier.FULL
+    assert fresh(memory).content == TEXT
+
+
+def test_apply_then_revert_restores_every_row_and_dry_run_changes_nothing(kit: Any, enabled: Workspace) -> None:
+    for activation in (0.39, 0.1, 0.01):
+        agent_memory(kit, activation, age_days=40)
+    rows = kit.memory_rows()
+    dry = kit.run("CompressionLadder", dry_run=True)
+    assert kit.memory_rows() == rows
+    assert dry.summary["evolvers"][0]["stats"]["compressed"] == 3
+    run = kit.run("CompressionLadder")
+    (record,) = EvolutionRecord.objects.filter(run=run)
+    assert record.action == "compress"
+    assert len(record.after["reasons"]) == 3
+    services.run_revert(workspace=enabled, run=run, actor=None)
+    assert kit.memory_rows() == rows
+
+
+def test_the_llm_client_writes_the_summary(kit: Any, enabled: Workspace) -> None:
+    memory = agent_memory(kit, 0.2)
+    skeleton = agent_memory(kit, 0.1)
+    fake = FakeClient("Alice moved invoices to PostgreSQL 15 by March 3.", phrases=["Alice Chen", "PostgreSQL 15"])
+    result = CompressionLadder(client=fake).evolve(enabled, dry_run=False, run=None, now=kit.NOW)
+    assert fresh(memory).content == "Alice moved invoices to PostgreSQL 15 by March 3."
+    assert fresh(skeleton).content == "Alice Chen; PostgreSQL 15"
+    assert sorted(c[0] for c in fake.calls) == ["digest", "key_phrases"]
+    assert result.stats["to_summary"] == 1 and result.stats["to_skeleton"] == 1
+
+
+def test_an_llm_failure_fails_the_evolver_without_writing(
+    kit: Any, enabled: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent_memory(kit, 0.2)
+    agent_memory(kit, 0.3)
+    rows = kit.memory_rows()
+    monkeypatch.setattr(compression, "default_client", lambda: FakeClient(error=LLMError("endpoint down")))
+    run = kit.run("CompressionLadder")
+    (entry,) = run.summary["evolvers"]
+    assert entry["status"] == "failed"
+    assert "endpoint down" in entry["error"]
+    assert kit.memory_rows() == rows
+
+
+def test_a_tiny_memory_keeps_its_text_when_a_digest_would_be_empty(kit: Any, enabled: Workspace) -> None:
+    tiny = kit.mem("ok", memory_type="episodic", origin="agent:bot", origin_tier=2, activation_score=0.2)
+    kit.run("CompressionLadder")
+    assert fresh(tiny).compression_tier == CompressionTier.SUMMARY
+    assert fresh(tiny).content == "ok"
