@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -19,7 +20,7 @@ from rest_framework.authtoken.models import Token
 
 from memories import services
 from memories.inputs import MemoryInput, SessionInput, TurnInput
-from memories.models import Edge, EdgeType, Memory, MemoryType, Workspace
+from memories.models import Edge, EdgeType, Memory, MemoryType, Role, Workspace
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,8 @@ def _user(username: str) -> tuple[AbstractBaseUser, str | None]:
     return user, password
 
 
-def _item(content: str, memory_type: str, created: datetime, **extra: object) -> MemoryInput:
-    return MemoryInput(
-        content=content, memory_type=memory_type, created_at=created, origin="import:demo", **extra
-    )  # type: ignore[arg-type]
+def _item(content: str, memory_type: str, created: datetime, **extra: Any) -> MemoryInput:
+    return MemoryInput(content=content, memory_type=memory_type, created_at=created, origin="import:demo", **extra)
 
 
 def _story(now: datetime) -> list[tuple[str, MemoryInput]]:
@@ -206,8 +205,7 @@ def _story(now: datetime) -> list[tuple[str, MemoryInput]]:
         (
             "goal_event",
             _item(
-                "Goal: ship the mobile login flow using the JWT refresh tokens — shipped to "
-                "production today.",
+                "Goal: ship the mobile login flow using the JWT refresh tokens — shipped to production today.",
                 MemoryType.EVENT,
                 _ago(now, days=1),
                 subject="mobile-login",
@@ -236,8 +234,7 @@ def _story(now: datetime) -> list[tuple[str, MemoryInput]]:
         (
             "procedure",
             _item(
-                "To rotate signing keys: publish the new JWKS, wait one token lifetime, then retire "
-                "the old key.",
+                "To rotate signing keys: publish the new JWKS, wait one token lifetime, then retire the old key.",
                 MemoryType.PROCEDURAL,
                 _ago(now, days=12),
                 subject="key-rotation",
@@ -249,9 +246,7 @@ def _story(now: datetime) -> list[tuple[str, MemoryInput]]:
         ),
         (
             "working2",
-            _item(
-                "Need to confirm refresh token lifetime with Dana.", MemoryType.WORKING, _ago(now, hours=1)
-            ),
+            _item("Need to confirm refresh token lifetime with Dana.", MemoryType.WORKING, _ago(now, hours=1)),
         ),
     ]
 
@@ -278,9 +273,7 @@ def _conversation(now: datetime) -> list[SessionInput]:
             session_id="auth-review",
             turns=(
                 TurnInput("Dana", "Why not keep session cookies and add a Redis session store?"),
-                TurnInput(
-                    "Lee", "Every request would hit Redis, and the load balancer has no sticky sessions."
-                ),
+                TurnInput("Lee", "Every request would hit Redis, and the load balancer has no sticky sessions."),
                 TurnInput("Dana", "JWT with short expiry avoids that; RFC 7519 covers the claims we need."),
                 TurnInput("Lee", "Then revocation is the risk. We need a deny-list at the gateway."),
                 TurnInput("Dana", "Agreed. Let's write the decision down: JWT plus refresh tokens."),
@@ -304,9 +297,10 @@ def demo_load(*, slug: str = "demo", username: str = "admin") -> DemoResult:
     token, _ = Token.objects.get_or_create(user=user)
     existing = Workspace.objects.filter(slug=slug).first()
     if existing is not None:
-        return DemoResult(
-            existing, False, password, token.key, existing.memories.count(), existing.edges.count()
-        )
+        if password is not None:
+            # The admin was deleted and created again: give the new account the demo it is printed for.
+            services.membership_set(workspace=existing, user=user, role=Role.OWNER)
+        return DemoResult(existing, False, password, token.key, existing.memories.count(), existing.edges.count())
     workspace = services.workspace_create(owner=user, slug=slug, name="Demo: Project Atlas")
     now = timezone.now()
     story = _story(now)
@@ -323,9 +317,5 @@ def demo_load(*, slug: str = "demo", username: str = "admin") -> DemoResult:
             if a in by_key and b in by_key
         ],
     )
-    services.conversation_ingest(
-        workspace=workspace, actor=user, sessions=_conversation(now), channel="import"
-    )
-    return DemoResult(
-        workspace, True, password, token.key, workspace.memories.count(), workspace.edges.count()
-    )
+    services.conversation_ingest(workspace=workspace, actor=user, sessions=_conversation(now), channel="import")
+    return DemoResult(workspace, True, password, token.key, workspace.memories.count(), workspace.edges.count())
