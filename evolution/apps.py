@@ -14,3 +14,6 @@ class EvolutionConfig(AppConfig):
         from memories.services import register_write_policy
 
         register_write_policy(write_policy_hook)
+
+        # The engine registers what approving and rejecting a strategy proposal does.
+        import evolution.engine  # noqa: F401
