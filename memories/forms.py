@@ -37,11 +37,19 @@ _TRI_STATE = [("", "Any"), ("true", "Yes"), ("false", "No")]
 CONTENT_MAX_LENGTH = 20_000
 
 
+class _Form(forms.Form):
+    """Labels without Django's trailing colon: screen readers and tests read "Type", not "Type:"."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+
+
 def _choices(values: list[tuple[Any, str]], empty: str) -> list[tuple[str, str]]:
     return [("", empty), *((str(v), label) for v, label in values)]
 
 
-class MemoryListForm(forms.Form):
+class MemoryListForm(_Form):
     """Search, filters and sort of the memory list (a GET form; every field optional)."""
 
     q = forms.CharField(label="Search", required=False, max_length=200)
@@ -65,6 +73,28 @@ class MemoryListForm(forms.Form):
     )
     created_before = forms.DateField(label="Created to", required=False, widget=forms.DateInput(attrs={"type": "date"}))
     ordering = forms.ChoiceField(label="Sort", required=False, choices=ORDERING_CHOICES)
+
+    MAIN = ("type", "status", "ordering")
+    ADVANCED = (
+        "tier",
+        "compression_tier",
+        "origin",
+        "tag",
+        "pinned",
+        "has_conflicts",
+        "created_after",
+        "created_before",
+    )
+
+    def main_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.MAIN]
+
+    def advanced_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in self.ADVANCED]
+
+    def advanced_active(self) -> int:
+        """How many of the folded-away filters are set (they unfold when any is, or has an error)."""
+        return sum(1 for name in self.ADVANCED if self.data.get(name) or self[name].errors)
 
     def api_params(self) -> QueryDict:
         """The filters as REST list parameters (dates become UTC day bounds, "to" is inclusive)."""
@@ -132,7 +162,7 @@ BULK_LABELS = {
 }
 
 
-class BulkActionForm(forms.Form):
+class BulkActionForm(_Form):
     """One curation action for the selected memories; `confirm` is set by the confirmation step."""
 
     ids = MultipleUUIDField(error_messages={"required": "Select at least one memory first."})
@@ -169,7 +199,7 @@ class BulkActionForm(forms.Form):
         return BULK_LABELS[action]
 
 
-class MemoryCreateForm(forms.Form):
+class MemoryCreateForm(_Form):
     content = forms.CharField(
         label="Content",
         max_length=CONTENT_MAX_LENGTH,
@@ -204,7 +234,7 @@ class MemoryCreateForm(forms.Form):
         )
 
 
-class MemoryEditForm(forms.Form):
+class MemoryEditForm(_Form):
     # CharField strips whitespace, so blank content arrives as "required" and gets this message.
     content = forms.CharField(
         label="Content",
@@ -222,7 +252,7 @@ def delete_phrase(content: str) -> str:
     return " ".join(content.split()[:DELETE_CONFIRM_WORDS])
 
 
-class MemoryDeleteForm(forms.Form):
+class MemoryDeleteForm(_Form):
     """Hard delete guard: the memory's first words, typed (case and spacing are not checked)."""
 
     confirm_text = forms.CharField(label="Type the first words of the memory to confirm", max_length=500)

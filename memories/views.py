@@ -330,6 +330,7 @@ def memory_create(request: HttpRequest, ws: str) -> HttpResponse:
 class Tick:
     pos: float
     label: str
+    anchor: str = "middle"
 
 
 @dataclass(frozen=True)
@@ -357,7 +358,7 @@ class Chart:
     description: str
 
 
-_W, _H, _LEFT, _TOP, _RIGHT, _BOTTOM = 480, 170, 38, 10, 470, 146
+_W, _H, _LEFT, _TOP, _RIGHT, _BOTTOM = 480, 170, 38, 10, 468, 146
 
 
 def _y(value: float) -> float:
@@ -389,7 +390,10 @@ def decay_chart(memory: Memory, now: datetime, days: int = DECAY_DAYS) -> Chart:
         _RIGHT,
         _BOTTOM,
         series=[Series("projected activation", "s-act", points, [(x(0), _y(float(curve[0])), "now")])],
-        x_ticks=[Tick(x(d), labels.get(d, f"{d} d")) for d in marks],
+        x_ticks=[
+            Tick(x(d), labels.get(d, f"{d} d"), "start" if d == 0 else "end" if d == days - 1 else "middle")
+            for d in marks
+        ],
         y_ticks=_y_ticks(),
         markers=[],
         description=f"Projected activation if untouched: {values}.",
@@ -445,9 +449,9 @@ def history_chart(
             Series("retention", "s-ret", line(ret), [(x(t), _y(v), f"retention {v:.2f}") for t, v in ret]),
         ],
         x_ticks=[
-            Tick(x(start), f"{start:%Y-%m-%d}"),
+            Tick(x(start), f"{start:%Y-%m-%d}", "start"),
             Tick(x(middle), f"{middle:%Y-%m-%d}"),
-            Tick(x(now), "now"),
+            Tick(x(now), "now", "end"),
         ],
         y_ticks=_y_ticks(),
         markers=[

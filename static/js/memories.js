@@ -112,19 +112,22 @@
           style: [
             { selector: "node", style: {
               "background-color": function (n) { return TYPE_COLOURS[n.data("type")] || "#57606a"; },
-              "label": "data(label)", "font-size": 9, "color": "#1b1f24", "text-wrap": "ellipsis",
-              "text-max-width": 110, "text-valign": "bottom", "text-margin-y": 3, "width": 14, "height": 14 } },
+              "label": "data(label)", "font-size": 8, "color": "#1b1f24", "text-wrap": "ellipsis",
+              "text-max-width": 96, "text-valign": "bottom", "text-margin-y": 3, "width": 14, "height": 14,
+              "text-background-color": "#fbfcfd", "text-background-opacity": 0.85, "text-background-padding": 1 } },
+            { selector: "node[hops = 2]", style: { "label": "", "width": 10, "height": 10 } },
+            { selector: "node[hops = 2]:active, node[hops = 2]:selected", style: { "label": "data(label)" } },
             { selector: "node[hops = 0]", style: { "width": 24, "height": 24, "border-width": 3,
               "border-color": "#fb8c00", "font-weight": "bold" } },
             { selector: "node[status = 'archived']", style: { "opacity": 0.5 } },
             { selector: "edge", style: { "width": "mapData(weight, 0, 2, 1, 4)", "line-color": "#8c959f",
               "target-arrow-color": "#8c959f", "target-arrow-shape": "triangle", "curve-style": "bezier",
-              "arrow-scale": 0.7, "label": "data(type)", "font-size": 7, "color": "#57606a",
-              "text-rotation": "autorotate" } },
+              "arrow-scale": 0.7 } },
             { selector: "edge[type = 'CONTRADICTS']", style: { "line-color": "#cf222e", "target-arrow-color": "#cf222e" } }
           ],
-          layout: { name: "concentric", concentric: function (n) { return 3 - n.data("hops"); },
-            levelWidth: function () { return 1; }, minNodeSpacing: 18, animate: false }
+          // An ego network: the memory in the middle, first-hop neighbours on the inner ring.
+          layout: { name: "breadthfirst", roots: "[hops = 0]", circle: true, spacingFactor: 1.15,
+            avoidOverlap: true, padding: 12, animate: false }
         });
         cy.on("tap", "node", function (evt) {
           var url = evt.target.data("url");
