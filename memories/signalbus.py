@@ -109,11 +109,15 @@ def apply_signals(signals: Sequence[Signal]) -> FlushResult:
                 # clamp01(clamp01(s + d1) + d2) == clamp01(s + d1 + d2) for non-negative deltas.
                 total = sum(b.delta for b in batch)
                 latest = max(b.at for b in batch)
+                # A boost flushed late (a re-queued batch, another writer boosting meanwhile) must not
+                # move the decay clock backwards: that would age the memory instead of warming it.
+                if memory.activation_last_boost_at is not None:
+                    latest = max(latest, memory.activation_last_boost_at)
                 memory.activation_score = min(1.0, max(0.0, memory.activation_score + total))
                 memory.activation_last_boost_at = latest
                 memory.activation_boost_count += len(batch)
                 memory.access_count += len(batch)
-                memory.last_accessed = latest
+                memory.last_accessed = latest if memory.last_accessed is None else max(latest, memory.last_accessed)
                 memory.activation_sort_key = activation_sort_key(
                     memory.activation_score, latest, memory.activation_half_life_hours
                 )
@@ -135,15 +139,11 @@ def apply_signals(signals: Sequence[Signal]) -> FlushResult:
                 Memory.objects.filter(id__in=list({e.memory_id for e in events})).values_list("id", flat=True)
             )
             # A memory hard-deleted between retrieval and flush has no events to keep.
-            RetrievalEvent.objects.bulk_create(
-                [e for e in events if e.memory_id in existing], batch_size=1000
-            )
+            RetrievalEvent.objects.bulk_create([e for e in events if e.memory_id in existing], batch_size=1000)
         if changed:
             snapshot = {ws: list(items) for ws, items in changed.items()}
             transaction.on_commit(lambda: _publish_activation(snapshot))
-    return FlushResult(
-        boosted=sum(len(v) for v in changed.values()), events=len(events), changed=dict(changed)
-    )
+    return FlushResult(boosted=sum(len(v) for v in changed.values()), events=len(events), changed=dict(changed))
 
 
 def _publish_activation(changed: dict[int, list[tuple[str, float]]]) -> None:
