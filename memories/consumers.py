@@ -16,7 +16,8 @@ from memories.models import Memory
 from memories.selectors import workspace_access
 
 
-class ActivationConsumer(AsyncWebsocketConsumer):
+# channels ships no type information, so its base class is Any to mypy.
+class ActivationConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     """Joins `ws.<id>.activation` after checking membership; sends htmx out-of-band bar swaps."""
 
     workspace_id: int | None = None
@@ -43,6 +44,8 @@ class ActivationConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=html)
 
     def _render(self, items: list[list[Any]]) -> str:
+        if self.workspace_id is None:  # an event can only arrive after connect joined the group
+            return ""
         ids = [mid for mid, _ in items]
         now = timezone.now()
         # Re-read so the pushed bar shows exactly what the page would render now.

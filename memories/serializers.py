@@ -164,8 +164,10 @@ class ConversationIn(serializers.Serializer[Any]):
     sessions = SessionIn(many=True)
 
 
+# A field named "source" shadows Field.source in the stubs only: DRF's serializer metaclass moves
+# declared fields off the class, so the attribute never exists at runtime.
 class EdgeIn(serializers.Serializer[Any]):
-    source = serializers.UUIDField()
+    source = serializers.UUIDField()  # type: ignore[assignment]
     target = serializers.UUIDField()
     type = serializers.CharField()
     weight = serializers.FloatField(required=False)
@@ -173,7 +175,7 @@ class EdgeIn(serializers.Serializer[Any]):
 
 class EdgeOut(serializers.Serializer[Any]):
     id = serializers.IntegerField()
-    source = serializers.UUIDField()
+    source = serializers.UUIDField()  # type: ignore[assignment]
     target = serializers.UUIDField()
     type = serializers.CharField()
     weight = serializers.FloatField()

@@ -63,7 +63,7 @@ def workspace_create(*, owner: AbstractBaseUser, slug: str, name: str) -> Worksp
     if Workspace.objects.filter(slug=slug).exists():
         raise Conflict(f"slug: a workspace {slug!r} already exists", code="slug_taken", field="slug")
     workspace = Workspace.objects.create(slug=slug, name=name)
-    Membership.objects.create(workspace=workspace, user=owner, role=Role.OWNER)
+    Membership.objects.create(workspace=workspace, user_id=owner.pk, role=Role.OWNER)
     return workspace
 
 
