@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
@@ -77,6 +77,35 @@ def membership_set(*, workspace: Workspace, user: AbstractBaseUser, role: str) -
 def graph_touch(*, workspace: Workspace) -> None:
     """Invalidate cached graph snapshots of the workspace (called inside the writing transaction)."""
     Workspace.objects.filter(pk=workspace.pk).update(graph_generation=F("graph_generation") + 1)
+
+
+EdgeRow = tuple[uuid.UUID, uuid.UUID, str, float]  # source id, target id, edge type, weight
+
+
+def graph_mirror(*, workspace: Workspace, added: Iterable[EdgeRow] = (), removed: Iterable[EdgeRow] = ()) -> None:
+    """Hand edge writes to the graph store once the transaction commits.
+
+    The sql store needs nothing (graph_touch already invalidated its snapshot), so the rows are not even
+    built for it; a Bolt store mirrors them into its graph. ``robust``: a graph that is down must not
+    fail a write the database has kept.
+    """
+    from surfacing.graphstore import EdgeRef, SqlGraphStore, graph_store
+
+    store = graph_store()
+    if isinstance(store, SqlGraphStore):
+        return
+    added_refs = [EdgeRef(s, t, ty, float(w)) for s, t, ty, w in added]
+    removed_refs = [EdgeRef(s, t, ty, float(w)) for s, t, ty, w in removed]
+    if not added_refs and not removed_refs:
+        return
+
+    def mirror() -> None:
+        if removed_refs:
+            store.edges_removed(workspace, removed_refs)
+        if added_refs:
+            store.edges_added(workspace, added_refs)
+
+    transaction.on_commit(mirror, robust=True)
 
 
 # -- memories -------------------------------------------------------------------------------------
@@ -266,6 +295,14 @@ def memory_delete_hard(*, workspace: Workspace, memory: Memory, actor: User | No
         Edge.objects.filter(workspace=workspace, source=memory).exists()
         or Edge.objects.filter(workspace=workspace, target=memory).exists()
     )
+    if had_edges:
+        # Before the cascade deletes them: a Bolt graph store reads which edges go (the sql one reads nothing).
+        graph_mirror(
+            workspace=workspace,
+            removed=Edge.objects.filter(Q(source=memory) | Q(target=memory), workspace=workspace).values_list(
+                "source_id", "target_id", "edge_type", "weight"
+            ),
+        )
     memory.delete()
     if had_edges:
         graph_touch(workspace=workspace)
@@ -290,6 +327,7 @@ def edge_link(*, workspace: Workspace, source: Memory, target: Memory, edge_type
             f"an edge {edge_type} from {source.pk} to {target.pk} already exists", code="edge_exists"
         ) from None
     graph_touch(workspace=workspace)
+    graph_mirror(workspace=workspace, added=[(source.pk, target.pk, edge_type, weight)])
     return edge
 
 
@@ -299,6 +337,7 @@ def edges_bulk_link(*, workspace: Workspace, edges: list[Edge]) -> None:
         return
     bulk_insert(Edge, edges, ignore_conflicts=True)
     graph_touch(workspace=workspace)
+    graph_mirror(workspace=workspace, added=((e.source_id, e.target_id, e.edge_type, e.weight) for e in edges))
 
 
 # -- conversations --------------------------------------------------------------------------------
