@@ -465,7 +465,7 @@ def is_dream_reflection(memory: Memory) -> bool:
     return meta is not None and isinstance(meta.get("topic"), str) and subject_key(meta["topic"]) == DREAM_TOPIC
 
 
-def _reflection_lessons(workspace: Workspace) -> tuple[list[algo.Lesson], dict[str, str]]:
+def reflection_lessons(*, workspace: Workspace) -> tuple[list[algo.Lesson], dict[str, str]]:
     """Lessons of the workspace's active reflections (not the dream's log); refs ``reflection:<memory id>``."""
     lessons: list[algo.Lesson] = []
     ids: dict[str, str] = {}
@@ -535,7 +535,7 @@ def engine_evolve(*, workspace: Workspace, now: datetime | None = None) -> Evolv
     Workspace.objects.select_for_update().filter(pk=workspace.pk).values_list("pk").first()
     rows = outcomes_in_order(workspace=workspace)
     outcomes = _engine_outcomes(rows)
-    lessons, reflection_ids = _reflection_lessons(workspace)
+    lessons, reflection_ids = reflection_lessons(workspace=workspace)
     strategies = list(Proposal.objects.filter(workspace=workspace, kind=ProposalKind.STRATEGY))
     existing_keys = {p.dedupe_key for p in strategies if p.dedupe_key}
     known_rules = {
