@@ -37,6 +37,7 @@ from memories.models import (
 )
 
 User = AbstractBaseUser | AnonymousUser
+_SUBJECT_MAX: int = Memory._meta.get_field("subject").max_length or 200
 BULK_BATCH = 1000
 
 # Hook for write-time conflict policies (typedmem slots); the evolution app registers it so that
@@ -399,6 +400,10 @@ def conversation_ingest(
                 edges.append(_new_edge(workspace, turn_memory, previous, EdgeType.FOLLOWS, now))
             previous = turn_memory
             for entity in extract_entities(turn.text):
+                if len(entity.key) > _SUBJECT_MAX:
+                    # A run of capitalised words can join into a "name" of any length; none that long
+                    # is a real entity, and the key must fit the subject column it is matched on.
+                    continue
                 entity_names.setdefault(entity.key, entity.name)
                 mentions.append((turn_memory, entity.key))
 

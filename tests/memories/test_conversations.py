@@ -145,3 +145,12 @@ def test_the_validated_request_shape_ingests_as_given(workspace: Workspace, user
     (turn,) = ingest(workspace, user, *sessions)
     stored = Memory.objects.get(id=turn)
     assert (stored.content, stored.created_at, stored.origin) == ("Dana: Hello", MONDAY, "api:alice")
+
+
+def test_an_overlong_run_of_capitalised_words_does_not_break_ingestion(workspace: Workspace, user: Any) -> None:
+    shouting = " ".join(f"Word{chr(97 + i % 26)}x" * 3 for i in range(60))
+    (turn,) = ingest(workspace, user, session(MONDAY, ("Dana", f"We met {shouting} and Kafka today.")))
+    entities = Memory.objects.filter(memory_type=MemoryType.ENTITY)
+    assert all(len(e.subject) <= 200 for e in entities)
+    assert "kafka" in {e.subject for e in entities}
+    assert Memory.objects.filter(id=turn).exists()
