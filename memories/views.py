@@ -130,8 +130,59 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @dataclass(frozen=True)
 class Row:
+    """One list row with its display strings prepared in Python.
+
+    Rendering 50 rows through template filters (url, date, floatformat, truncatechars) cost ~1 ms a
+    row; plain attribute lookups keep the whole list page inside its 100 ms budget at 1M memories.
+    """
+
     memory: Memory
     activation: float
+    url: str
+    archive_url: str
+    restore_url: str
+    excerpt: str
+    label: str
+    created: str
+    created_iso: str
+    accessed: str
+    accessed_iso: str
+
+
+class RowBuilder:
+    """Builds Rows for one workspace: URLs come from one reverse() each and a string substitution."""
+
+    _PLACEHOLDER = uuid.UUID(int=0)
+
+    def __init__(self, ws: str, now: datetime) -> None:
+        self.now = now
+        self.urls = {
+            name: reverse(f"memories:{name}", kwargs={"ws": ws, "memory_id": self._PLACEHOLDER})
+            for name in ("detail", "archive", "restore")
+        }
+
+    def _url(self, name: str, memory_id: uuid.UUID) -> str:
+        return self.urls[name].replace(str(self._PLACEHOLDER), str(memory_id))
+
+    def __call__(self, memory: Memory) -> Row:
+        accessed = memory.last_accessed
+        return Row(
+            memory=memory,
+            activation=_activation_now(memory, self.now),
+            url=self._url("detail", memory.id),
+            archive_url=self._url("archive", memory.id),
+            restore_url=self._url("restore", memory.id),
+            excerpt=_truncate(memory.content, 180),
+            label=_truncate(memory.content, 50),
+            created=f"{memory.created_at:%Y-%m-%d}",
+            created_iso=memory.created_at.isoformat(),
+            accessed=f"{accessed:%Y-%m-%d}" if accessed else "",
+            accessed_iso=accessed.isoformat() if accessed else "",
+        )
+
+
+def _truncate(text: str, length: int) -> str:
+    return text if len(text) <= length else text[: length - 1].rstrip() + "…"
 
 
 @login_required
@@ -158,7 +209,8 @@ def memory_list(request: HttpRequest, ws: str) -> HttpResponse:
             error, status = exc.detail, 400
         else:
             now = timezone.now()
-            rows = [Row(m, _activation_now(m, now)) for m in page.results]
+            build = RowBuilder(ws, now)
+            rows = [build(m) for m in page.results]
             next_cursor = page.next_cursor
             if not rows and not request.GET.get("cursor") and not form.is_filtered():
                 empty_workspace = not selectors.workspace_has_memories(workspace=access.workspace)
@@ -655,7 +707,7 @@ def _row_or_redirect(
 ) -> HttpResponse:
     """After a one-memory action: the list row partial for htmx, otherwise a flash and back."""
     if _is_partial(request, f"row-{memory.id}"):
-        row = Row(memory, _activation_now(memory, timezone.now()))
+        row = RowBuilder(access.workspace.slug, timezone.now())(memory)
         return render(request, "memories/list.html#row", {"access": access, "row": row})
     messages.success(request, done)
     return redirect(back)

@@ -1,0 +1,434 @@
+"""Server time of the browser pages on a 1M-memory workspace on SQLite.
+
+Targets (issue 7): memory list p95 <= 100 ms, memory detail p95 <= 150 ms. Each request goes
+through the whole Django stack in-process (test Client: middleware, session, auth, view, template),
+which is the server's share of a page load; network and browser time are not included.
+
+The workspace is generated once with fast bulk inserts (the same path as ingestion: memories.bulk)
+and cached as var/bench/pages-<DATA_VERSION>-<count>.sqlite3, so reruns start measuring at once.
+Change DATA_VERSION when the generated data must change.
+
+    make bench-pages                     # or: .venv/bin/python bench/bench_pages.py
+    .venv/bin/python bench/bench_pages.py --memories 200000 --requests 50 --rebuild
+
+Adding pages: write a function `def my_scenarios(ctx: Context) -> list[Scenario]` and append it to
+SCENARIO_BUILDERS; give its page kind a target in TARGETS_MS. The figures table and the pass/fail
+line pick it up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sqlite3
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from _setup import BENCH_DIR, django_setup, percentile
+
+DATA_VERSION = "pages-v1"
+TARGETS_MS = {"list": 100.0, "detail": 150.0}
+
+WORDS = (
+    "jwt token session cookie load balancer redis postgres deploy incident latency cache kafka queue "
+    "billing invoice customer refund gateway auth review decision migration schema index rollback "
+    "dashboard alert grafana kubernetes pod node scale memory budget roadmap goal meeting dana lee "
+    "release canary rollout feature flag tracing metrics logs retention backup restore failover"
+).split()
+TYPES = ["episodic", "semantic", "fact", "event", "decision", "observation", "preference", "procedural"]
+EDGE_TYPES = ["RELATED", "MENTIONS", "PART_OF", "FOLLOWS", "DERIVED_FROM", "CO_RETRIEVED"]
+
+
+# -- data ------------------------------------------------------------------------------------------
+
+
+def _cache_path(count: int) -> Path:
+    return BENCH_DIR / f"{DATA_VERSION}-{count}.sqlite3"
+
+
+def _is_complete(path: Path) -> bool:
+    if not path.exists():
+        return False
+    try:
+        with sqlite3.connect(path) as db:
+            row = db.execute("SELECT value FROM bench_meta WHERE key = 'complete'").fetchone()
+    except sqlite3.Error:
+        return False
+    return row is not None and row[0] == DATA_VERSION
+
+
+def _padded_words() -> tuple[str, int, int]:
+    """All words as one fixed-width string, so SQL can pick word k with substr (no Python per row)."""
+    width = max(len(w) for w in WORDS) + 1
+    return "".join(w.ljust(width) for w in WORDS), width, len(WORDS)
+
+
+def _memory_select(workspace_id: int, count: int, start_epoch: int, span: int) -> tuple[list[str], str, list[Any]]:
+    """Columns and a SELECT producing `count` random memory rows entirely inside SQLite.
+
+    Memories: 8 types, ~5% archived, 1% pinned, 0.5% with conflicts, ~3% compressed, created over
+    `span` seconds, half of them accessed since, stored activation 0.5..0.95. Fields without an
+    expression here get their model default, so new model fields need no change.
+    """
+    from django.db import connection
+
+    from memories.models import Memory
+
+    words, width, n_words = _padded_words()
+
+    # Only [a-z] and spaces: safe to inline as a literal.
+    def word(k: str) -> str:
+        return f"rtrim(substr('{words}', ({k}) * {width} + 1, {width}))"
+
+    def rand(n: int) -> str:
+        return f"(abs(random()) % {n})"
+
+    content = " || ' ' || ".join(word(rand(n_words)) for _ in range(14))
+    types = ",".join(f'"{t}"' for t in TYPES)
+    expressions = {
+        "id": "lower(hex(randomblob(16)))",
+        "workspace_id": str(workspace_id),
+        "memory_type": f"json_extract('[{types}]', '$[' || {rand(len(TYPES))} || ']')",
+        "content": f"upper(substr({content}, 1, 1)) || substr({content}, 2) || '.'",
+        "subject": word(rand(n_words)),
+        "tags": f"CASE WHEN {rand(10)} < 3 THEN json_array({word(rand(n_words))}) ELSE '[]' END",
+        "origin": "CASE WHEN r.k % 5 = 0 THEN 'evolver:Summary' ELSE 'api:bench' END",
+        "origin_tier": "CASE WHEN r.k % 5 = 0 THEN 2 ELSE 1 END",
+        "status": f"CASE WHEN {rand(100)} < 5 THEN 'archived' ELSE 'active' END",
+        "tier": f'json_extract(\'["hot","warm","warm","cold"]\', \'$[\' || {rand(4)} || \']\')',
+        "compression_tier": f"CASE WHEN r.k % 5 = 0 AND {rand(100)} < 15 THEN 1 + {rand(3)} ELSE 0 END",
+        "pinned": f"{rand(100)} = 0",
+        "activation_score": "r.score",
+        "activation_last_boost_at": "datetime(r.boosted, 'unixepoch')",
+        "activation_boost_count": "CAST(round((r.score - 0.5) / 0.05) AS INTEGER)",
+        # memories.algorithms.sortkey: ln(score) + ln2 * hours_since_epoch(last_boost) / half_life.
+        "activation_sort_key": "ln(r.score) + ln(2.0) * (r.boosted / 3600.0) / 720.0",
+        "retention_score": f"{rand(10000)} / 10000.0",
+        "access_count": f"CASE WHEN r.k % 2 = 0 THEN 1 + {rand(40)} ELSE 0 END",
+        "last_accessed": "CASE WHEN r.k % 2 = 0 THEN datetime(r.boosted, 'unixepoch') END",
+        "conflicts_with": f"CASE WHEN {rand(200)} = 0 THEN json_array(lower(hex(randomblob(16)))) ELSE '[]' END",
+        "created_at": "datetime(r.created, 'unixepoch')",
+        "updated_at": "datetime(r.created, 'unixepoch')",
+        "search_indexed": "1",
+    }
+    columns: list[str] = []
+    values: list[str] = []
+    params: list[Any] = []
+    for f in Memory._meta.concrete_fields:
+        columns.append(connection.ops.quote_name(f.column))
+        if f.attname in expressions:
+            values.append(expressions[f.attname])
+        else:
+            default = f.get_default() if f.has_default() else None
+            values.append("%s")
+            params.append(f.get_db_prep_save(default, connection))
+    sql = (
+        "WITH RECURSIVE seq(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM seq WHERE k < {count}), "
+        "base AS (SELECT k, {start} + abs(random()) % {span} AS created, "
+        "0.5 + 0.05 * (abs(random()) % 10) AS score FROM seq), "
+        "r AS (SELECT k, created, score, created + abs(random()) % ({start} + {span} - created + 1) AS boosted "
+        "FROM base) SELECT {values} FROM r"
+    ).format(count=count, start=start_epoch, span=span, values=", ".join(values))
+    return columns, sql, params
+
+
+def generate(count: int, seed: int = 7) -> None:
+    """Fill the configured database with one workspace of `count` memories and their surroundings.
+
+    Rows are produced by SQLite itself (a recursive CTE and random()), which writes 1M memories in
+    a minute or two; FTS5 rows are then copied in one statement. Edges: one per memory on average.
+    Detail-page extras for 500 memories: 20 evolution records and 30 retrieval events each.
+    """
+    from django.contrib.auth import get_user_model
+    from django.db import connection, transaction
+
+    from evolution import audit
+    from memories import services
+    from memories.models import Memory
+
+    rng = random.Random(seed)
+    user = get_user_model().objects.create_user("bench", password="bench")
+    workspace = services.workspace_create(owner=user, slug="bench", name="Bench 1M")
+    end = datetime(2026, 6, 1, tzinfo=UTC)
+    span = 2 * 365 * 24 * 3600
+    start_epoch = int(end.timestamp()) - span
+    started = time.perf_counter()
+
+    def step(label: str) -> None:
+        print(f"  {label} ({time.perf_counter() - started:.0f} s)", flush=True)
+
+    columns, select, params = _memory_select(workspace.pk, count, start_epoch, span)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO memories_memory ({', '.join(columns)}) {select}", params)
+        step(f"{count:,} memories")
+        cursor.execute(
+            "INSERT INTO memories_fts(rowid, content, memory_id, workspace_id) "
+            "SELECT rowid, content, id, workspace_id FROM memories_memory WHERE workspace_id = %s",
+            [workspace.pk],
+        )
+        cursor.execute(
+            "INSERT INTO memories_fts_map(memory_id, fts_rowid) SELECT memory_id, rowid FROM memories_fts "
+            "WHERE workspace_id = %s",
+            [workspace.pk],
+        )
+        step("full-text index")
+        kinds = ",".join(f'"{k}"' for k in EDGE_TYPES)
+        cursor.execute(
+            "WITH RECURSIVE seq(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM seq WHERE k < %s), "
+            "pairs AS (SELECT 1 + abs(random()) %% %s AS a, 1 + abs(random()) %% %s AS b, "
+            "json_extract('[" + kinds + "]', '$[' || (abs(random()) %% " + str(len(EDGE_TYPES)) + ") || ']') AS t "
+            "FROM seq) "
+            "INSERT OR IGNORE INTO memories_edge (workspace_id, source_id, target_id, edge_type, weight, "
+            "co_retrieval_count, created_at, metadata) "
+            "SELECT %s, s.id, d.id, p.t, 0.2 + (abs(random()) %% 180) / 100.0, 0, %s, '{}' FROM pairs p "
+            "JOIN memories_memory s ON s.rowid = p.a JOIN memories_memory d ON d.rowid = p.b WHERE p.a != p.b",
+            [count, count, count, workspace.pk, str(end.replace(tzinfo=None))],
+        )
+        step("edges")
+
+    detail_ids = list(
+        Memory.objects.filter(workspace=workspace).order_by("?").values_list("id", flat=True)[:500]
+        if count <= 50_000
+        else [
+            Memory.objects.filter(workspace=workspace, pk__gte=uuid.UUID(int=rng.getrandbits(128)))
+            .order_by("pk")
+            .values_list("id", flat=True)
+            .first()
+            for _ in range(500)
+        ]
+    )
+    detail_ids = [m for m in dict.fromkeys(detail_ids) if m is not None]
+    with transaction.atomic():
+        records = [
+            audit.record_build(
+                workspace=workspace,
+                evolver=rng.choice(["DecayEvolver", "RetrievalEvolver", "user"]),
+                action=rng.choice(["decay", "boost", "update"]),
+                reason="bench history",
+                input_ids=[mid],
+                output_ids=[mid],
+                before={str(mid): {"retention_score": 1.0 - i * 0.01, "activation_score": 0.5}},
+                after={str(mid): {"retention_score": 0.99 - i * 0.01, "activation_score": 0.45}},
+                now=end - timedelta(days=40 - i),
+            )
+            for mid in detail_ids
+            for i in range(20)
+        ]
+        audit.records_save(records, batch_size=2000)
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO memories_retrievalevent (workspace_id, memory_id, result_set, rank, source, query, "
+                "session_id, created_at) VALUES (%s, %s, %s, %s, 'search', %s, '', %s)",
+                [
+                    (
+                        workspace.pk,
+                        mid.hex,
+                        uuid.uuid4().hex,
+                        rng.randint(1, 10),
+                        " ".join(rng.choice(WORDS) for _ in range(3)),
+                        str((end - timedelta(hours=rng.randrange(2000))).replace(tzinfo=None)),
+                    )
+                    for mid in detail_ids
+                    for _ in range(30)
+                ],
+            )
+    step("history and retrievals of 500 memories")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+        cursor.execute("CREATE TABLE IF NOT EXISTS bench_meta (key TEXT PRIMARY KEY, value TEXT)")
+        cursor.execute(
+            "INSERT OR REPLACE INTO bench_meta (key, value) VALUES ('complete', %s), ('detail_ids', %s)",
+            [DATA_VERSION, ",".join(m.hex for m in detail_ids)],
+        )
+    step("generated")
+
+
+# -- scenarios -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    page: str  # a key of TARGETS_MS
+    urls: list[str]
+
+
+@dataclass
+class Context:
+    rng: random.Random
+    requests: int
+    ws: str = "bench"
+    samples: dict[str, Any] = field(default_factory=dict)
+
+
+def _random_cursor_urls(ctx: Context, ordering: str, column: str) -> list[str]:
+    """Keyset cursors at random depths: any page must cost what the first one does."""
+    from memories.models import Memory
+    from memories.selectors import encode_cursor
+
+    total = Memory.objects.filter(workspace__slug=ctx.ws).count()
+    urls = []
+    for _ in range(ctx.requests):
+        offset = ctx.rng.randrange(total)
+        row = (
+            Memory.objects.filter(workspace__slug=ctx.ws)
+            .order_by("id")
+            .values_list(column, "id")[offset : offset + 1]
+            .get()
+        )
+        if row[0] is None:
+            continue
+        urls.append(f"/w/{ctx.ws}/?ordering={ordering}&status=any&cursor={encode_cursor(ordering, row[0], row[1])}")
+    return urls
+
+
+def list_scenarios(ctx: Context) -> list[Scenario]:
+    base = f"/w/{ctx.ws}/"
+    n = ctx.requests
+    words = ctx.rng.sample(WORDS, 12)
+    return [
+        Scenario("list: newest first", "list", [base] * n),
+        Scenario("list: most active now", "list", [base + "?ordering=-activation"] * n),
+        Scenario("list: lowest retention", "list", [base + "?ordering=retention"] * n),
+        Scenario("list: recently accessed", "list", [base + "?ordering=-accessed"] * n),
+        Scenario("list: deep page (random cursor)", "list", _random_cursor_urls(ctx, "-created", "created_at")),
+        Scenario("list: type=decision, active now", "list", [base + "?type=decision&ordering=-activation"] * n),
+        Scenario("list: archived", "list", [base + "?status=archived"] * n),
+        Scenario("list: pinned", "list", [base + "?pinned=true"] * n),
+        Scenario(
+            "list: one month",
+            "list",
+            [base + "?created_after=2025-03-01&created_before=2025-03-31&ordering=created"] * n,
+        ),
+        Scenario("list: full-text search", "list", [base + f"?q={words[i % len(words)]}" for i in range(n)]),
+        Scenario(
+            "list: search two words + type",
+            "list",
+            [base + f"?q={words[i % 12]}+{words[(i + 5) % 12]}&type=fact" for i in range(n)],
+        ),
+    ]
+
+
+def detail_scenarios(ctx: Context) -> list[Scenario]:
+    from memories.models import Memory
+
+    with_history = ctx.samples["detail_ids"]
+    # Random memories (two edges on average) and memories with 20 records and 30 retrievals each.
+    memories = Memory.objects.filter(workspace__slug=ctx.ws).order_by("id").values_list("id", flat=True)
+    total = memories.count()
+    any_ids = [memories[ctx.rng.randrange(total)] for _ in range(ctx.requests)]
+    return [
+        Scenario("detail: random memory", "detail", [f"/w/{ctx.ws}/memories/{m}/" for m in any_ids]),
+        Scenario(
+            "detail: with history and retrievals",
+            "detail",
+            [f"/w/{ctx.ws}/memories/{uuid.UUID(with_history[i % len(with_history)])}/" for i in range(ctx.requests)],
+        ),
+        Scenario(
+            "detail: graph.json",
+            "detail",
+            [f"/w/{ctx.ws}/memories/{m}/graph.json" for m in any_ids[: ctx.requests]],
+        ),
+    ]
+
+
+# The inspector (and other pages) add their builders here.
+SCENARIO_BUILDERS: list[Callable[[Context], list[Scenario]]] = [list_scenarios, detail_scenarios]
+
+
+# -- measurement -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Result:
+    scenario: Scenario
+    times_ms: list[float]
+
+    @property
+    def p50(self) -> float:
+        return percentile(self.times_ms, 50)
+
+    @property
+    def p95(self) -> float:
+        return percentile(self.times_ms, 95)
+
+
+def measure(client: Any, scenario: Scenario, warmup: int = 3) -> Result:
+    for url in scenario.urls[:warmup]:
+        client.get(url)
+    times = []
+    for url in scenario.urls:
+        started = time.perf_counter()
+        response = client.get(url)
+        times.append((time.perf_counter() - started) * 1000)
+        if response.status_code != 200:
+            raise RuntimeError(f"{url} answered {response.status_code}")
+    return Result(scenario, times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--memories", type=int, default=1_000_000)
+    parser.add_argument("--requests", type=int, default=100, help="requests per scenario")
+    parser.add_argument("--rebuild", action="store_true", help="regenerate the cached database")
+    parser.add_argument("--only", default="", help="run scenarios whose name contains this text")
+    args = parser.parse_args()
+
+    path = _cache_path(args.memories)
+    fresh = args.rebuild or not _is_complete(path)
+    if fresh:
+        print(f"generating {args.memories:,} memories into {path} (cached for later runs)", flush=True)
+    django_setup(path.name, fresh=fresh)
+    if fresh:
+        generate(args.memories)
+    else:
+        print(f"using cached {path}", flush=True)
+
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.test import Client
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT value FROM bench_meta WHERE key = 'detail_ids'")
+        detail_ids = cursor.fetchone()[0].split(",")
+    client = Client()
+    client.force_login(get_user_model().objects.get(username="bench"))
+    ctx = Context(rng=random.Random(11), requests=args.requests, samples={"detail_ids": detail_ids})
+    scenarios = [s for build in SCENARIO_BUILDERS for s in build(ctx) if args.only in s.name]
+
+    results = []
+    print(f"\n{'scenario':<42} {'n':>5} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
+    for scenario in scenarios:
+        result = measure(client, scenario)
+        results.append(result)
+        print(
+            f"{scenario.name:<42} {len(result.times_ms):>5} {result.p50:>8.1f} {result.p95:>8.1f} "
+            f"{max(result.times_ms):>8.1f}",
+            flush=True,
+        )
+    failed = False
+    print()
+    for page, target in TARGETS_MS.items():
+        times = [t for r in results if r.scenario.page == page for t in r.times_ms]
+        if not times:
+            continue
+        p95 = percentile(times, 95)
+        worst = max((r for r in results if r.scenario.page == page), key=lambda r: r.p95)
+        ok = p95 <= target
+        failed |= not ok
+        print(
+            f"{page} page on {args.memories:,} memories: p95 {p95:.1f} ms over {len(times)} requests "
+            f"(target <= {target:.0f} ms: {'ok' if ok else 'MISSED'}); slowest scenario "
+            f"'{worst.scenario.name}' p95 {worst.p95:.1f} ms"
+        )
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
