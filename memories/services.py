@@ -37,6 +37,7 @@ from memories.models import (
 )
 
 User = AbstractBaseUser | AnonymousUser
+_ORIGIN_MAX: int = Memory._meta.get_field("origin").max_length or 120
 _SUBJECT_MAX: int = Memory._meta.get_field("subject").max_length or 200
 BULK_BATCH = 1000
 
@@ -53,7 +54,8 @@ def register_write_policy(policy: WritePolicy) -> None:
 
 def default_origin(actor: User | None, channel: str = "api") -> str:
     name = getattr(actor, "username", "") if actor is not None and actor.is_authenticated else ""
-    return f"{channel}:{name}"
+    # Usernames may be 150 characters; the origin column holds 120.
+    return f"{channel}:{name}"[:_ORIGIN_MAX]
 
 
 # -- workspaces -----------------------------------------------------------------------------------

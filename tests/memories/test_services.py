@@ -336,3 +336,13 @@ def test_new_memories_decay_from_their_creation(workspace: Workspace, user: Any)
     assert memory.activation_last_boost_at is not None
     assert abs((timezone.now() - memory.activation_last_boost_at).total_seconds()) < 60
     assert math.isfinite(memory.activation_sort_key)
+
+
+def test_a_long_username_still_fits_the_origin(workspace: Workspace, make_user: Callable[..., Any]) -> None:
+    long_name = make_user("u" * 150)
+    services.membership_set(workspace=workspace, user=long_name, role=Role.EDITOR)
+    memory = services.memory_create(workspace=workspace, actor=long_name, item=MemoryInput(content="x"))
+    services.memory_update(workspace=workspace, memory=memory, actor=long_name, changes={"content": "y"})
+    stored = Memory.objects.get(id=memory.id)
+    assert stored.origin.startswith("user:uuu")
+    assert len(stored.origin) <= 120
