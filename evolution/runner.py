@@ -18,8 +18,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from evolution import audit
 from evolution.evolvers import evolver_instance
+from evolution.evolvers.base import save_records
 from evolution.models import EvolutionRun, RunStatus
 from memories import live
 from memories.models import Workspace
@@ -74,7 +74,7 @@ def cycle_run(
                     record.run = run
                     record.dry_run = run.dry_run
                     record.workspace = workspace
-                saved = audit.records_save(result.records)
+                saved = save_records(result.records)
                 entry = {
                     "name": name,
                     "status": "ok",

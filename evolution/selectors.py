@@ -10,9 +10,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import CharField, Count, FloatField, Func, Max, Q, Sum
+from django.db.models.fields.json import KT
 
 from evolution.models import EvolutionRecord, EvolutionRun, RecordLink, RunStatus
 from memories.errors import InvalidInput, NotFound
@@ -29,8 +30,51 @@ USED_SOURCES: tuple[str, ...] = (
 # metadata key holding the CRC-32 of the embedding the InterferenceBasedConsolidation evolver last
 # compared (see evolution.evolvers.enhanced): rows whose marker differs are the new or changed ones.
 INTERFERENCE_MARKER = "interference_checked"
+K = TypeVar("K", str, uuid.UUID)
 # Ids per IN (...) query: under SQLite's default limit of host parameters on old builds.
 _IN_CHUNK = 900
+
+
+class EpochSeconds(Func):
+    """Seconds since 1970-01-01 UTC of a datetime column, computed by the database (NULL stays NULL).
+
+    Parsing 100k datetimes in Python costs seconds; the evolvers only need them as float epochs.
+    SQLite's julianday() keeps milliseconds, which is far finer than the days the formulas work in.
+    """
+
+    output_field = FloatField()
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> tuple[str, Any]:
+        return self.as_sql(
+            compiler, connection, template="((julianday(%(expressions)s) - 2440587.5) * 86400.0)", **extra_context
+        )
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra_context: Any) -> tuple[str, Any]:
+        return self.as_sql(
+            compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)::double precision", **extra_context
+        )
+
+
+class IdText(Func):
+    """A UUID column as canonical text ("8-4-4-4-12", lower case), formatted by the database.
+
+    Evolvers key everything by memory id; building a Python UUID per row (and formatting it back for
+    records) cost more than the arithmetic at 100k memories. Django stores UUIDs on SQLite as 32 hex
+    digits, on PostgreSQL natively.
+    """
+
+    output_field = CharField()
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> tuple[str, Any]:
+        col = "%(expressions)s"
+        parts = "||'-'||".join(f"substr({col}, {start}, {length})" for start, length in _HEX_GROUPS)
+        return self.as_sql(compiler, connection, template=parts, **extra_context)
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra_context: Any) -> tuple[str, Any]:
+        return self.as_sql(compiler, connection, template="(%(expressions)s)::text", **extra_context)
+
+
+_HEX_GROUPS = ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))
 
 
 # -- evolver cursors --------------------------------------------------------------------------------
@@ -66,56 +110,70 @@ def evolver_cursor(*, workspace: Workspace, name: str) -> EvolverCursor:
 # -- evolver inputs -------------------------------------------------------------------------------
 
 
-def working_buffer(*, workspace: Workspace) -> list[tuple[uuid.UUID, str, datetime, str, list[str], float]]:
-    """Active working memories: (id, content, created_at, subject, tags, confidence), oldest first."""
+def working_buffer(*, workspace: Workspace) -> list[tuple[str, str, float, str, list[str], float]]:
+    """Active working memories: (id, content, created_at epoch seconds, subject, tags, confidence), oldest
+    first."""
     rows = (
         Memory.objects.filter(workspace=workspace, memory_type=MemoryType.WORKING, status=Status.ACTIVE)
         .order_by("created_at", "id")
-        .values_list("id", "content", "created_at", "subject", "tags", "confidence")
+        .values_list(IdText("id"), "content", EpochSeconds("created_at"), "subject", "tags", "confidence")
     )
     return list(rows)
 
 
 def decay_rows(
     *, workspace: Workspace, memory_types: Sequence[str]
-) -> list[tuple[uuid.UUID, float, float, datetime | None, datetime | None, datetime, bool]]:
+) -> list[tuple[str, float, float, float | None, float | None, float, bool]]:
     """Active memories of `memory_types`: (id, retention, stability, last_accessed, valid_from, created_at,
-    pinned)."""
+    pinned), times as epoch seconds."""
     rows = Memory.objects.filter(
         workspace=workspace, status=Status.ACTIVE, memory_type__in=list(memory_types)
-    ).values_list("id", "retention_score", "stability", "last_accessed", "valid_from", "created_at", "pinned")
+    ).values_list(
+        IdText("id"),
+        "retention_score",
+        "stability",
+        EpochSeconds("last_accessed"),
+        EpochSeconds("valid_from"),
+        EpochSeconds("created_at"),
+        "pinned",
+    )
     return list(rows)
 
 
-def embedding_rows(*, workspace: Workspace) -> list[tuple[uuid.UUID, float, bytes, Any]]:
+def embedding_rows(*, workspace: Workspace) -> list[tuple[str, float, bytes, str | None]]:
     """Active memories with an embedding: (id, retention, embedding bytes, interference marker or None)."""
     rows = (
         Memory.objects.filter(workspace=workspace, status=Status.ACTIVE, embedding__isnull=False)
         .order_by("created_at", "id")
-        .values_list("id", "retention_score", "embedding", f"metadata__{INTERFERENCE_MARKER}")
+        # KT: the marker as text, without decoding a JSON value per row.
+        .values_list(IdText("id"), "retention_score", "embedding", KT(f"metadata__{INTERFERENCE_MARKER}"))
     )
     return [(mid, ret, bytes(blob), marker) for mid, ret, blob, marker in rows]
 
 
-def retention_rows(*, workspace: Workspace) -> list[tuple[uuid.UUID, float, datetime, dict[str, Any]]]:
-    """Active memories: (id, retention, created_at, retrieval_profile)."""
+def retention_rows(*, workspace: Workspace) -> list[tuple[str, float, float, dict[str, Any]]]:
+    """Active memories: (id, retention, created_at as epoch seconds, retrieval_profile)."""
     rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE).values_list(
-        "id", "retention_score", "created_at", "retrieval_profile"
+        IdText("id"), "retention_score", EpochSeconds("created_at"), "retrieval_profile"
     )
     return list(rows)
 
 
-def active_retention(*, workspace: Workspace) -> list[tuple[uuid.UUID, float]]:
-    rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE).values_list("id", "retention_score")
+def active_retention(*, workspace: Workspace) -> list[tuple[str, float]]:
+    rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE).values_list(IdText("id"), "retention_score")
     return list(rows)
 
 
-def metadata_of(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
-    """metadata of the given memories, fetched in chunks of ids."""
-    found: dict[uuid.UUID, dict[str, Any]] = {}
-    for start in range(0, len(ids), _IN_CHUNK):
-        chunk = list(ids[start : start + _IN_CHUNK])
-        found.update(Memory.objects.filter(workspace=workspace, id__in=chunk).values_list("id", "metadata"))
+def metadata_of(*, workspace: Workspace, ids: Sequence[K]) -> dict[K, dict[str, Any]]:
+    """metadata of the given memories (ids as UUIDs or their text), keyed by the ids as given."""
+    wanted = {str(i): i for i in ids}
+    keys = list(wanted)
+    found: dict[K, dict[str, Any]] = {}
+    for start in range(0, len(keys), _IN_CHUNK):
+        rows = Memory.objects.filter(workspace=workspace, id__in=keys[start : start + _IN_CHUNK]).values_list(
+            IdText("id"), "metadata"
+        )
+        found.update((wanted[key], metadata) for key, metadata in rows)
     return found
 
 
@@ -123,14 +181,14 @@ def metadata_of(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uuid.
 class RetrievalAggregate:
     """Per-memory retrieval counts over the events up to `now` (used sources only)."""
 
-    memory_id: uuid.UUID
+    memory_id: str
     total: int
     search: int
     rank_sum: int
     top1: int
     in_short: int
     in_lookback: int
-    last_at: datetime
+    last_at: float  # epoch seconds of the newest event
 
 
 def retrieval_aggregates(
@@ -141,7 +199,7 @@ def retrieval_aggregates(
     is_search = Q(source=RetrievalSource.SEARCH)
     rows = (
         RetrievalEvent.objects.filter(workspace=workspace, source__in=USED_SOURCES, created_at__lte=now)
-        .values("memory_id")
+        .values(mid=IdText("memory_id"))
         .annotate(
             total=Count("id"),
             search=Count("id", filter=is_search),
@@ -149,9 +207,9 @@ def retrieval_aggregates(
             top1=Count("id", filter=is_search & Q(rank=0)),
             in_short=Count("id", filter=Q(created_at__gt=now - timedelta(days=short_days))),
             in_lookback=Count("id", filter=Q(created_at__gt=now - timedelta(days=lookback_days))),
-            last_at=Max("created_at"),
+            last_at=Max(EpochSeconds("created_at")),
         )
-        .values_list("memory_id", "total", "search", "rank_sum", "top1", "in_short", "in_lookback", "last_at")
+        .values_list("mid", "total", "search", "rank_sum", "top1", "in_short", "in_lookback", "last_at")
     )
     return [
         RetrievalAggregate(mid, total, search, int(rank_sum or 0), top1, short, lookback, last)
@@ -159,38 +217,52 @@ def retrieval_aggregates(
     ]
 
 
-def used_result_sets(
-    *, workspace: Workspace, after_event_id: int
-) -> tuple[list[tuple[uuid.UUID, list[uuid.UUID], datetime]], int]:
+def used_result_sets(*, workspace: Workspace, after_event_id: int) -> tuple[list[tuple[str, list[str], datetime]], int]:
     """Result sets of events newer than `after_event_id` from used sources: [(set id, member ids, time)]
-    (time = newest event of the set), and the largest event id read (the next watermark)."""
-    rows = (
-        RetrievalEvent.objects.filter(workspace=workspace, id__gt=after_event_id, source__in=USED_SOURCES)
-        .order_by("id")
-        .values_list("id", "result_set", "memory_id", "created_at")
-    )
-    sets: dict[uuid.UUID, tuple[list[uuid.UUID], list[datetime]]] = {}
-    last_id = after_event_id
-    for event_id, result_set, memory_id, created_at in rows.iterator(chunk_size=5000):
-        members, times = sets.setdefault(result_set, ([], []))
-        members.append(memory_id)
-        times.append(created_at)
-        last_id = event_id
-    return [(key, members, max(times)) for key, (members, times) in sets.items()], last_id
+    (time = newest event of the set), and the largest event id now stored (the next watermark).
+
+    The time of a set comes from a GROUP BY, so only one datetime per set is parsed in Python.
+    """
+    newer = RetrievalEvent.objects.filter(workspace=workspace, id__gt=after_event_id)
+    last_id = newer.aggregate(last=Max("id"))["last"]
+    if last_id is None:
+        return [], after_event_id
+    used = newer.filter(id__lte=last_id, source__in=USED_SOURCES)
+    times = dict(used.values(rs=IdText("result_set")).annotate(at=Max("created_at")).values_list("rs", "at"))
+    members: dict[str, list[str]] = {}
+    rows = used.order_by("id").values_list(IdText("result_set"), IdText("memory_id"))
+    for result_set, memory_id in rows.iterator(chunk_size=5000):
+        members.setdefault(result_set, []).append(memory_id)
+    return [(key, ids, times[key]) for key, ids in members.items()], int(last_id)
 
 
-def co_retrieved_edges(
-    *, workspace: Workspace
-) -> list[tuple[int, uuid.UUID, uuid.UUID, int, datetime | None, datetime | None]]:
-    """CO_RETRIEVED edges: (id, source, target, count, first_co_retrieved_at, last_co_retrieved_at)."""
+def co_retrieved_edges(*, workspace: Workspace) -> list[tuple[int, str, str, int]]:
+    """CO_RETRIEVED edges: (id, source, target, co_retrieval_count)."""
     rows = (
         Edge.objects.filter(workspace=workspace, edge_type=EdgeType.CO_RETRIEVED)
         .order_by("id")
-        .values_list(
-            "id", "source_id", "target_id", "co_retrieval_count", "first_co_retrieved_at", "last_co_retrieved_at"
-        )
+        .values_list("id", IdText("source_id"), IdText("target_id"), "co_retrieval_count")
     )
     return list(rows)
+
+
+def co_retrieved_created(*, workspace: Workspace, at: datetime) -> list[tuple[int, str, str]]:
+    """CO_RETRIEVED edges created at `at` (the edges a Hebbian run just inserted): (id, source, target)."""
+    rows = Edge.objects.filter(workspace=workspace, edge_type=EdgeType.CO_RETRIEVED, created_at=at).values_list(
+        "id", IdText("source_id"), IdText("target_id")
+    )
+    return list(rows)
+
+
+def edge_times(*, workspace: Workspace, ids: Sequence[int]) -> dict[int, tuple[datetime | None, datetime | None]]:
+    """first/last_co_retrieved_at of the given edges (only those a run changes need exact datetimes)."""
+    found: dict[int, tuple[datetime | None, datetime | None]] = {}
+    for start in range(0, len(ids), _IN_CHUNK):
+        rows = Edge.objects.filter(workspace=workspace, id__in=list(ids[start : start + _IN_CHUNK])).values_list(
+            "id", "first_co_retrieved_at", "last_co_retrieved_at"
+        )
+        found.update((eid, (first, last)) for eid, first, last in rows)
+    return found
 
 
 # -- runs, records, history -----------------------------------------------------------------------

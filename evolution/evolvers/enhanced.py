@@ -84,11 +84,9 @@ def _setting(workspace: Workspace, evolver: str, key: str, default: float) -> fl
     return float(value)
 
 
-def _timestamps(values: Sequence[datetime | None]) -> FloatArray:
-    """Epoch seconds (float64) of each datetime; NaN for None."""
-    return np.fromiter(
-        (v.timestamp() if v is not None else math.nan for v in values), dtype=np.float64, count=len(values)
-    )
+def _epochs(values: Sequence[float | None]) -> FloatArray:
+    """Epoch seconds (as the selectors return them) as float64; NaN for None."""
+    return np.fromiter((math.nan if v is None else v for v in values), dtype=np.float64, count=len(values))
 
 
 def _micros(value: datetime) -> int:
@@ -177,7 +175,7 @@ class EnhancedWorkingToEpisodic:
         result = EvolutionResult(evolver=self.name, dry_run=dry_run)
         rows = selectors.working_buffer(workspace=workspace)
         now_ts = now.timestamp()
-        items = [WorkingItem(index=k, content=row[1], created_at_ts=row[2].timestamp()) for k, row in enumerate(rows)]
+        items = [WorkingItem(index=k, content=row[1], created_at_ts=row[2]) for k, row in enumerate(rows)]
         threshold = buffer_threshold(items, now_ts)
         result.stats.update(buffer=len(items), threshold=threshold, episodes=0, archived=0)
         if not items or len(items) < threshold:
@@ -186,7 +184,7 @@ class EnhancedWorkingToEpisodic:
         metadata = selectors.metadata_of(workspace=workspace, ids=[row[0] for row in rows])
         origin = f"evolver:{self.name}"
         episodes: list[Memory] = []
-        edges: list[tuple[uuid.UUID, uuid.UUID]] = []
+        edges: list[tuple[uuid.UUID, str]] = []
         source_updates = MemoryUpdates(self.name, Action.PROMOTE, "working -> episodic")
         plans: list[tuple[list[int], Memory | None]] = []
         for cluster in clusters:
@@ -227,7 +225,7 @@ class EnhancedWorkingToEpisodic:
                     "",
                 )
             plans.append((cluster, episode))
-        edge_ids: dict[tuple[uuid.UUID, uuid.UUID], int] = {}
+        edge_ids: dict[tuple[uuid.UUID, str], int] = {}
         if not dry_run:
             if episodes:
                 vectors = default_embedder().embed([e.content for e in episodes])
@@ -247,7 +245,7 @@ class EnhancedWorkingToEpisodic:
                     ],
                     batch_size=1000,
                 )
-                edge_ids = {(e.source_id, e.target_id): e.pk for e in created}
+                edge_ids = {pair: e.pk for pair, e in zip(edges, created, strict=True)}
                 graph_touch(workspace=workspace)
             write_memory_updates([source_updates])
         changes = dict(zip(source_updates.ids, source_updates.changes, strict=True))
@@ -267,8 +265,8 @@ class EnhancedWorkingToEpisodic:
         rows: Sequence[tuple[Any, ...]],
         cluster: list[int],
         episode: Memory | None,
-        changes: dict[uuid.UUID, dict[str, tuple[Any, Any]]],
-        edge_ids: dict[tuple[uuid.UUID, uuid.UUID], int],
+        changes: dict[str, dict[str, tuple[Any, Any]]],
+        edge_ids: dict[tuple[uuid.UUID, str], int],
         threshold: int,
     ) -> EvolutionRecord:
         sources = [rows[k][0] for k in cluster]
@@ -341,7 +339,7 @@ class ExponentialDecay:
         if n == 0:
             return result
         ids, old, stab, last, event, created, pinned = zip(*rows, strict=True)
-        days = days_since_reference(now.timestamp(), _timestamps(last), _timestamps(event), _timestamps(created))
+        days = days_since_reference(now.timestamp(), _epochs(last), _epochs(event), _epochs(created))
         plan = decay_plan(
             np.arange(n), days, np.asarray(stab, np.float64), threshold, default_stability=default_stability
         )
@@ -526,13 +524,13 @@ class RetrievalBasedStrengthening:
             profile.top1_count[k] = agg.top1
             in_short[k] = agg.in_short
             in_lookback[k] = agg.in_lookback
-            profile.last_retrieved_days_ago[k] = max(now_ts - agg.last_at.timestamp(), 0.0) / 86_400.0
+            profile.last_retrieved_days_ago[k] = max(now_ts - agg.last_at, 0.0) / 86_400.0
         np.divide(rank_sum, search_count, out=profile.avg_rank, where=search_count > 0)
         profile.velocity_7d[:] = in_short / SHORT_WINDOW_DAYS
         profile.velocity_30d[:] = in_lookback / lookback
         cursor = selectors.evolver_cursor(workspace=workspace, name=self.name)
         since_previous = (now - cursor.ran_at).total_seconds() / 86_400.0 if cursor.ran_at else math.inf
-        age = np.minimum((now_ts - _timestamps([row[2] for row in rows])) / 86_400.0, since_previous)
+        age = np.minimum((now_ts - _epochs([row[2] for row in rows])) / 86_400.0, since_previous)
         outcome = strengthening(
             [row[1] for row in rows],
             profile.total_count,
@@ -630,10 +628,10 @@ class HebbianCoRetrieval:
         active = selectors.active_retention(workspace=workspace)
         result.state = {"event_watermark": last_event}
 
-        ids: list[uuid.UUID] = [mid for mid, _ in active]
+        ids: list[str] = [mid for mid, _ in active]
         position = {mid: k for k, mid in enumerate(ids)}
 
-        def pos(mid: uuid.UUID) -> int:
+        def pos(mid: str) -> int:
             k = position.get(mid)
             if k is None:
                 k = position[mid] = len(ids)
@@ -658,9 +656,12 @@ class HebbianCoRetrieval:
             found = (at < sorted_keys.size) & (sorted_keys[np.minimum(at, sorted_keys.size - 1)] == keys)
         edge_counts = np.asarray([e[3] for e in edges], dtype=np.float64)
         edge_updates: list[tuple[int, dict[str, tuple[Any, Any]]]] = []
-        for k in np.flatnonzero(found).tolist():
+        hits = np.flatnonzero(found).tolist()
+        times = selectors.edge_times(workspace=workspace, ids=[edges[int(edge_order[at[k]])][0] for k in hits])
+        for k in hits:
             row = int(edge_order[at[k]])
-            eid, _, _, old_count, old_first, old_last = edges[row]
+            eid, _, _, old_count = edges[row]
+            old_first, old_last = times[eid]
             new_count = old_count + int(counts.counts[k])
             new_first = _from_micros(int(first[k]))
             new_last = _from_micros(int(last[k]))
@@ -678,7 +679,7 @@ class HebbianCoRetrieval:
             )
             edge_counts[row] = new_count
         new_pairs = np.flatnonzero(~found)
-        created: list[tuple[uuid.UUID, uuid.UUID, int, datetime, datetime]] = []
+        created: list[tuple[str, str, int, datetime, datetime]] = []
         for k in new_pairs.tolist():
             a, b = ids[int(keys[k] // n)], ids[int(keys[k] % n)]
             source, target = (a, b) if str(a) < str(b) else (b, a)
@@ -717,12 +718,7 @@ class HebbianCoRetrieval:
                     ],
                     ((workspace.pk, s, t, EdgeType.CO_RETRIEVED, 1.0, c, f, la, now, {}) for s, t, c, f, la in created),
                 )
-                by_pair = {
-                    (s, t): eid
-                    for eid, s, t in Edge.objects.filter(
-                        workspace=workspace, edge_type=EdgeType.CO_RETRIEVED, created_at=now
-                    ).values_list("id", "source_id", "target_id")
-                }
+                by_pair = {(s, t): eid for eid, s, t in selectors.co_retrieved_created(workspace=workspace, at=now)}
                 created_ids = [by_pair[(s, t)] for s, t, *_ in created]
             if edge_updates or created:
                 graph_touch(workspace=workspace)
@@ -770,9 +766,9 @@ class HebbianCoRetrieval:
         run: EvolutionRun | None,
         dry_run: bool,
         now: datetime,
-        edges: Sequence[tuple[int, uuid.UUID, uuid.UUID, int, datetime | None, datetime | None]],
+        edges: Sequence[tuple[int, str, str, int]],
         updates: Sequence[tuple[int, dict[str, tuple[Any, Any]]]],
-        created: Sequence[tuple[uuid.UUID, uuid.UUID, int, datetime, datetime]],
+        created: Sequence[tuple[str, str, int, datetime, datetime]],
         created_ids: Sequence[int],
     ) -> list[EvolutionRecord]:
         """Records of CO_RETRIEVED counting, EDGE_RECORD_CHUNK edges each.
@@ -790,7 +786,7 @@ class HebbianCoRetrieval:
             after_edges: dict[str, Any] = {}
             created_chunk: list[int] = []
             planned: list[list[Any]] = []
-            memory_ids: dict[uuid.UUID, None] = {}
+            memory_ids: dict[str, None] = {}
             for kind, item in chunk:
                 if kind == "update":
                     eid, changes = item
