@@ -20,6 +20,16 @@ from memories.serializers import ErrorOut, MemoryOut, memory_json
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
 
 
+def _int_param(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return int(str(raw))
+    except ValueError:
+        raise InvalidInput(f"{name}: expected an integer", field=name) from None
+
+
 class ContradictionListApi(APIView):
     class ClusterOut(serializers.Serializer[Any]):
         ids = serializers.ListField(child=serializers.UUIDField())
@@ -27,12 +37,18 @@ class ContradictionListApi(APIView):
 
     class OutputSerializer(serializers.Serializer[Any]):
         clusters = serializers.ListField(help_text="connected components of conflicts_with, largest first")
+        total = serializers.IntegerField(help_text="number of clusters in the workspace")
 
-    @extend_schema(responses={200: OutputSerializer, **ERRORS})
+    @extend_schema(
+        parameters=[OpenApiParameter("limit", int, description="largest clusters to return, 1..1000, default 100")],
+        responses={200: OutputSerializer, **ERRORS},
+    )
     def get(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
         now = timezone.now()
-        clusters = typed_selectors.contradiction_clusters(workspace=access.workspace)
+        page = typed_selectors.contradiction_clusters(
+            workspace=access.workspace, limit=_int_param(request, "limit", 100)
+        )
         return Response(
             {
                 "clusters": [
@@ -40,8 +56,9 @@ class ContradictionListApi(APIView):
                         "ids": c.ids,
                         "memories": [memory_json(m, now, workspace=access.workspace) for m in c.memories],
                     }
-                    for c in clusters
-                ]
+                    for c in page.clusters
+                ],
+                "total": page.total,
             }
         )
 
@@ -68,12 +85,7 @@ class DriftFlagListApi(APIView):
     )
     def get(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
-        raw = request.query_params.get("limit") or "200"
-        try:
-            limit = int(raw)
-        except ValueError:
-            raise InvalidInput("limit: expected an integer", field="limit") from None
-        rows = typed_selectors.drift_flag_rows(workspace=access.workspace, limit=limit)
+        rows = typed_selectors.drift_flag_rows(workspace=access.workspace, limit=_int_param(request, "limit", 200))
         return Response(
             {
                 "results": [

@@ -36,7 +36,7 @@ def derived_memory(
     tags: Sequence[str] = (),
     confidence: float = 1.0,
     metadata: Mapping[str, Any] | None = None,
-    summarizes: Sequence[uuid.UUID] = (),
+    summarizes: Sequence[uuid.UUID | str] = (),
 ) -> Memory:
     """An unsaved memory made by `evolver` at `now` (new activation, id assigned, not embedded yet)."""
     origin = f"evolver:{evolver}"
@@ -64,7 +64,7 @@ def insert_derived(
     *,
     workspace: Workspace,
     memories: Sequence[Memory],
-    edges: Sequence[tuple[uuid.UUID, uuid.UUID, str]],
+    edges: Sequence[tuple[uuid.UUID | str, uuid.UUID | str, str]],
     now: datetime,
 ) -> list[int]:
     """Embed and insert `memories`, then insert `edges` (source, target, type); returns the edge ids in order.

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -71,7 +72,6 @@ CORRECTION_FLAG = "correction"
 # Fields of a holder that a decision reads or writes; loading only these keeps the query narrow.
 _HOLDER_FIELDS = (
     "id",
-    "workspace_id",
     "memory_type",
     "subject",
     "content",
@@ -89,6 +89,33 @@ _HOLDER_FIELDS = (
     "metadata",
     "embedding",
 )
+
+
+@dataclass(slots=True)
+class _Holder:
+    """A stored slot holder as plain values: building thousands of model instances per batch would cost
+    more than the decisions themselves."""
+
+    id: uuid.UUID
+    memory_type: str
+    subject: str
+    content: str
+    confidence: float
+    origin: str
+    origin_tier: int
+    created_at: datetime
+    updated_at: datetime
+    status: str
+    replace_log: list[str]
+    replace_count: int
+    version: int
+    conflicts_with: list[str]
+    superseded_by: uuid.UUID | None
+    metadata: dict[str, Any]
+    embedding: bytes | None
+
+
+Row = Memory | _Holder
 
 
 def validate_policy_overrides(value: Any) -> dict[str, str]:
@@ -120,11 +147,11 @@ def _subject_key(subject: str) -> str:
     return " ".join(subject.split()).casefold()
 
 
-def _is_correction_type(memory: Memory) -> bool:
+def _is_correction_type(memory: Row) -> bool:
     return memory.memory_type == CORRECTION_TYPE
 
 
-def _flagged_correction(memory: Memory) -> bool:
+def _flagged_correction(memory: Row) -> bool:
     return isinstance(memory.metadata, dict) and memory.metadata.get(CORRECTION_FLAG) is True
 
 
@@ -136,7 +163,7 @@ def _can_collide(memory: Memory, overrides: Mapping[str, ConflictPolicy]) -> boo
     return policy_for(memory.memory_type, overrides) is not ConflictPolicy.KEEP_BOTH
 
 
-def _content_time(memory: Memory) -> datetime:
+def _content_time(memory: Row) -> datetime:
     """When the memory's current content was written: a REPLACE moves it to the incoming memory's time."""
     source = memory.metadata.get("content_source") if isinstance(memory.metadata, dict) else None
     if isinstance(source, dict) and isinstance(source.get("created_at"), str):
@@ -147,7 +174,7 @@ def _content_time(memory: Memory) -> datetime:
     return memory.created_at
 
 
-def _slot(memory: Memory) -> SlotMemory:
+def _slot(memory: Row) -> SlotMemory:
     return SlotMemory(
         id=str(memory.id),
         memory_type=memory.memory_type,
@@ -171,14 +198,14 @@ class _Batch:
         self.workspace = workspace
         self.overrides = overrides
         self.now = now
-        self.by_subject: dict[str, list[Memory]] = {}
-        self.changed: dict[uuid.UUID, tuple[Memory, set[str]]] = {}
+        self.by_subject: dict[str, list[Row]] = {}
+        self.changed: dict[uuid.UUID, tuple[Row, set[str]]] = {}
         self.records: list[EvolutionRecord] = []
 
-    def add_holder(self, memory: Memory) -> None:
+    def add_holder(self, memory: Row) -> None:
         self.by_subject.setdefault(_subject_key(memory.subject), []).append(memory)
 
-    def holders_for(self, incoming: Memory) -> list[Memory]:
+    def holders_for(self, incoming: Memory) -> list[Row]:
         """Active memories of the incoming memory's slot, oldest first (any type for a correction)."""
         candidates = self.by_subject.get(_subject_key(incoming.subject), [])
         return [
@@ -189,11 +216,16 @@ class _Batch:
             and (_is_correction_type(incoming) or m.memory_type == incoming.memory_type)
         ]
 
-    def change(self, memory: Memory, values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def change(self, memory: Row, values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """Set `values` on the row (in memory) and return the JSON before/after of what really changed."""
-        before, after = audit.memory_changes(memory, values)
-        for name in after:
-            setattr(memory, name, values[name])
+        before: dict[str, Any] = {}
+        after: dict[str, Any] = {}
+        for name, value in values.items():
+            old = getattr(memory, name)
+            if old != value:
+                before[name] = audit.encode_value(name, old)
+                after[name] = audit.encode_value(name, value)
+                setattr(memory, name, value)
         if after:
             _, fields = self.changed.setdefault(memory.id, (memory, set()))
             fields.update(after)
@@ -204,7 +236,7 @@ class _Batch:
         action: str,
         reason: str,
         decision: ConflictDecision,
-        changes: Sequence[tuple[Memory, tuple[dict[str, Any], dict[str, Any]]]],
+        changes: Sequence[tuple[Row, tuple[dict[str, Any], dict[str, Any]]]],
     ) -> None:
         before = {str(m.id): b for m, (b, a) in changes if a}
         after = {str(m.id): a for m, (b, a) in changes if a}
@@ -226,13 +258,13 @@ class _Batch:
 
 
 def _retire(
-    batch: _Batch, incoming: Memory, into: Memory, marker: str, detail: Any
+    batch: _Batch, incoming: Memory, into: Row, marker: str, detail: Any
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     metadata = {**(incoming.metadata or {}), marker: detail}
     return batch.change(incoming, {"status": Status.SUPERSEDED, "superseded_by": into.id, "metadata": metadata})
 
 
-def _apply(batch: _Batch, holder: Memory, incoming: Memory, decision: ConflictDecision) -> None:
+def _apply(batch: _Batch, holder: Row, incoming: Memory, decision: ConflictDecision) -> None:
     now = batch.now
     action = decision.action
     keeps_incoming = _is_correction_type(incoming)
@@ -299,18 +331,21 @@ def _load_holders(workspace: Workspace, candidates: Sequence[Memory], batch: _Ba
     for m in candidates:
         keys.add(" ".join(m.subject.split()).lower())
         keys.add(m.subject.strip().lower())
-    rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE)
+    query = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE)
     if not any(_is_correction_type(m) for m in candidates):
-        rows = rows.filter(memory_type__in=sorted({m.memory_type for m in candidates}))
+        query = query.filter(memory_type__in=sorted({m.memory_type for m in candidates}))
     rows = (
-        rows.annotate(subject_key=Lower(Trim("subject")))
+        query.annotate(subject_key=Lower(Trim("subject")))
         .filter(subject_key__in=sorted(keys))
         .order_by("created_at", "id")
-        .only(*_HOLDER_FIELDS)
+        .values_list(*_HOLDER_FIELDS)
     )
-    for memory in rows:
-        if memory.id not in skip:
-            batch.add_holder(memory)
+    for values in rows:
+        if values[0] not in skip:
+            holder = _Holder(*values)
+            if holder.embedding is not None:
+                holder.embedding = bytes(holder.embedding)
+            batch.add_holder(holder)
 
 
 def apply_write_policies(workspace: Workspace, memories: Sequence[Memory], now: datetime) -> list[EvolutionRecord]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -104,6 +105,57 @@ def proposal_create(
         created_at=now or timezone.now(),
     )
     return proposal, True
+
+
+@dataclass(frozen=True)
+class ProposalDraft:
+    """A proposal to create (see proposals_create)."""
+
+    kind: str
+    title: str
+    payload: dict[str, Any]
+    rationale: str = ""
+    source_ids: Sequence[str] = ()
+    dedupe_key: str = ""
+    created_by: str = "engine"
+
+
+def proposals_create(*, workspace: Workspace, drafts: Sequence[ProposalDraft], now: datetime) -> list[Proposal]:
+    """Create many pending proposals with one lookup and one bulk insert; returns the ones created.
+
+    Drafts whose dedupe_key already names a proposal of the workspace (any state), or repeat one of an
+    earlier draft, are skipped, as proposal_create would.
+    """
+    keys = [d.dedupe_key for d in drafts if d.dedupe_key]
+    known: set[str] = set()
+    for start in range(0, len(keys), 900):
+        known.update(
+            Proposal.objects.filter(workspace=workspace, dedupe_key__in=keys[start : start + 900]).values_list(
+                "dedupe_key", flat=True
+            )
+        )
+    rows: list[Proposal] = []
+    for draft in drafts:
+        if draft.kind not in ProposalKind.values:
+            raise InvalidInput(f"kind: {draft.kind!r} is not one of {', '.join(ProposalKind.values)}", field="kind")
+        if draft.dedupe_key:
+            if draft.dedupe_key in known:
+                continue
+            known.add(draft.dedupe_key)
+        rows.append(
+            Proposal(
+                workspace=workspace,
+                kind=draft.kind,
+                title=draft.title[:300],
+                rationale=draft.rationale,
+                payload=dict(draft.payload),
+                source_ids=[str(s) for s in draft.source_ids],
+                dedupe_key=draft.dedupe_key[:200],
+                created_by=draft.created_by[:64],
+                created_at=now,
+            )
+        )
+    return Proposal.objects.bulk_create(rows, batch_size=500)
 
 
 def _locked(workspace: Workspace, proposal_id: object) -> Proposal:

@@ -1,18 +1,24 @@
 """Reads for typed memory: contradiction clusters, drift flags, goals and evidence, summary and
-compression candidates, proposals. Whole-workspace inputs are `values_list` loads (one query each)."""
+compression candidates, lifecycle inputs, proposals.
+
+Whole-workspace evolver inputs are `values_list` loads (one query each) with ids as canonical text and
+times as epoch seconds computed by the database (evolution.selectors.IdText / EpochSeconds): building a
+UUID and a datetime per row costs more than the arithmetic at 100k memories.
+"""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import numpy as np
 
+from evolution.algorithms.compression import FULL_MIN_ACTIVATION, PROTECTED_ORIGIN_TIER
 from evolution.algorithms.typed import contradiction_clusters as cluster_algorithm
 from evolution.models import Proposal, ProposalKind, ProposalStatus
+from evolution.selectors import EpochSeconds, IdText
 from memories.algorithms.embedding import BLOB_DTYPE, Embedder, FloatMatrix
 from memories.errors import InvalidInput, NotFound
 from memories.models import CompressionTier, Memory, MemoryType, Status, Workspace
@@ -40,12 +46,40 @@ class ContradictionCluster:
     memories: list[Memory]
 
 
-def contradiction_clusters(*, workspace: Workspace) -> list[ContradictionCluster]:
-    """Connected components (>= 2 memories) of the conflicts_with graph, largest first, with their rows."""
-    clusters = cluster_algorithm(conflict_edges(workspace=workspace))
-    wanted = [uuid.UUID(i) for c in clusters for i in c]
-    rows = memories_in(workspace=workspace, ids=wanted)
-    return [ContradictionCluster(ids=c, memories=[rows[uuid.UUID(i)] for i in c]) for c in clusters]
+def contradiction_id_clusters(*, workspace: Workspace) -> list[list[str]]:
+    """Connected components (>= 2 memories) of the conflicts_with graph, largest first (ids only)."""
+    return cluster_algorithm(conflict_edges(workspace=workspace))
+
+
+@dataclass(frozen=True)
+class ContradictionPage:
+    clusters: list[ContradictionCluster]
+    total: int
+
+
+def contradiction_clusters(*, workspace: Workspace, limit: int = 100) -> ContradictionPage:
+    """The `limit` largest clusters with their memory rows, and how many clusters there are in all."""
+    if not 1 <= limit <= 1000:
+        raise InvalidInput("limit: expected an integer between 1 and 1000", field="limit")
+    every = contradiction_id_clusters(workspace=workspace)
+    clusters = every[:limit]
+    rows = memories_in(workspace=workspace, ids=[uuid.UUID(i) for c in clusters for i in c])
+    return ContradictionPage(
+        clusters=[ContradictionCluster(ids=c, memories=[rows[uuid.UUID(i)] for i in c]) for c in clusters],
+        total=len(every),
+    )
+
+
+def slots_of(*, workspace: Workspace, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """(memory_type, subject) of the given memories, fetched in chunks of ids."""
+    found: dict[str, tuple[str, str]] = {}
+    for start in range(0, len(ids), _IN_CHUNK):
+        chunk = list(ids[start : start + _IN_CHUNK])
+        for mid, memory_type, subject in Memory.objects.filter(workspace=workspace, id__in=chunk).values_list(
+            IdText("id"), "memory_type", "subject"
+        ):
+            found[mid] = (memory_type, subject)
+    return found
 
 
 def memories_in(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Memory]:
@@ -59,12 +93,12 @@ def memories_in(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uuid.
 
 def drift_inputs(
     *, workspace: Workspace, memory_types: Sequence[str] | None
-) -> list[tuple[uuid.UUID, str, str, list[str], list[dict[str, Any]]]]:
+) -> list[tuple[str, str, str, list[str], list[dict[str, Any]]]]:
     """Active memories that were ever replaced: (id, memory_type, subject, replace_log, drift_flags)."""
     rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE, replace_count__gt=0)
     if memory_types:
         rows = rows.filter(memory_type__in=list(memory_types))
-    return list(rows.values_list("id", "memory_type", "subject", "replace_log", "drift_flags"))
+    return list(rows.values_list(IdText("id"), "memory_type", "subject", "replace_log", "drift_flags"))
 
 
 @dataclass(frozen=True)
@@ -98,7 +132,7 @@ def drift_flag_rows(*, workspace: Workspace, limit: int = 200) -> list[DriftFlag
 # -- goals ----------------------------------------------------------------------------------------
 
 
-def vectors_of(rows: Sequence[tuple[uuid.UUID, str, bytes | memoryview | None]], embedder: Embedder) -> FloatMatrix:
+def vectors_of(rows: Sequence[tuple[str, str, bytes | memoryview | None]], embedder: Embedder) -> FloatMatrix:
     """(n, dim) float32 matrix of stored embeddings; rows without a usable vector (none stored, or one of
     another embedder's size) are embedded from their content now (not written back)."""
     dim = embedder.dim
@@ -115,24 +149,24 @@ def vectors_of(rows: Sequence[tuple[uuid.UUID, str, bytes | memoryview | None]],
     return out
 
 
-def active_goals(*, workspace: Workspace) -> list[tuple[uuid.UUID, str, bytes | memoryview | None, Any]]:
+def active_goals(*, workspace: Workspace) -> list[tuple[str, str, bytes | memoryview | None, Any]]:
     """Active goals: (id, content, embedding, metadata), oldest first."""
     rows = (
         Memory.objects.filter(workspace=workspace, memory_type=MemoryType.GOAL, status=Status.ACTIVE)
         .order_by("created_at", "id")
-        .values_list("id", "content", "embedding", "metadata")
+        .values_list(IdText("id"), "content", "embedding", "metadata")
     )
     return list(rows)
 
 
 def evidence_rows(
     *, workspace: Workspace, memory_types: Sequence[str]
-) -> list[tuple[uuid.UUID, str, bytes | memoryview | None]]:
+) -> list[tuple[str, str, bytes | memoryview | None]]:
     """Active memories that could resolve a goal: (id, content, embedding), oldest first."""
     rows = (
         Memory.objects.filter(workspace=workspace, memory_type__in=list(memory_types), status=Status.ACTIVE)
         .order_by("created_at", "id")
-        .values_list("id", "content", "embedding")
+        .values_list(IdText("id"), "content", "embedding")
     )
     return list(rows)
 
@@ -142,23 +176,31 @@ def evidence_rows(
 
 def summary_rows(
     *, workspace: Workspace, memory_types: Sequence[str]
-) -> list[tuple[uuid.UUID, str, str, float, datetime, list[str], uuid.UUID | None]]:
-    """Active memories of `memory_types` with a subject: (id, type, subject, confidence, created_at,
-    summarizes, summarized_by), oldest first."""
+) -> list[tuple[str, str, str, float, float, list[str], uuid.UUID | None]]:
+    """Active memories of `memory_types` with a subject: (id, type, subject, confidence, created_at epoch
+    seconds, summarizes, summarized_by), oldest first."""
     rows = (
         Memory.objects.filter(workspace=workspace, status=Status.ACTIVE, memory_type__in=list(memory_types))
         .exclude(subject="")
         .order_by("created_at", "id")
-        .values_list("id", "memory_type", "subject", "confidence", "created_at", "summarizes", "summarized_by")
+        .values_list(
+            IdText("id"),
+            "memory_type",
+            "subject",
+            "confidence",
+            EpochSeconds("created_at"),
+            "summarizes",
+            "summarized_by",
+        )
     )
     return list(rows)
 
 
-def contents_of(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
-    found: dict[uuid.UUID, str] = {}
+def contents_of(*, workspace: Workspace, ids: Sequence[str]) -> dict[str, str]:
+    found: dict[str, str] = {}
     for start in range(0, len(ids), _IN_CHUNK):
         chunk = list(ids[start : start + _IN_CHUNK])
-        found.update(Memory.objects.filter(workspace=workspace, id__in=chunk).values_list("id", "content"))
+        found.update(Memory.objects.filter(workspace=workspace, id__in=chunk).values_list(IdText("id"), "content"))
     return found
 
 
@@ -181,26 +223,34 @@ def proposal_keys(*, workspace: Workspace, keys: Sequence[str]) -> set[str]:
     return found
 
 
-def compression_rows(*, workspace: Workspace) -> list[tuple[uuid.UUID, float, datetime, int, int]]:
-    """Memories that may still move down the ladder: (id, stored activation, created_at, origin_tier,
-    compression_tier) of active or archived, unpinned memories above TOMBSTONE."""
+def compression_rows(*, workspace: Workspace) -> list[tuple[str, float, float, int, int]]:
+    """Memories that may still move down the ladder: (id, stored activation, created_at epoch seconds,
+    origin_tier, compression_tier).
+
+    Only active or archived, unpinned memories above TOMBSTONE, not of origin tier 1, whose stored
+    activation is below the FULL threshold: every other memory's ladder target is its current tier, so
+    the database leaves them out rather than the arithmetic.
+    """
     rows = Memory.objects.filter(
         workspace=workspace,
         status__in=[Status.ACTIVE, Status.ARCHIVED],
         pinned=False,
         compression_tier__lt=CompressionTier.TOMBSTONE,
-    ).values_list("id", "activation_score", "created_at", "origin_tier", "compression_tier")
-    return list(rows)
+        activation_score__lt=FULL_MIN_ACTIVATION,
+    ).exclude(origin_tier=PROTECTED_ORIGIN_TIER)
+    return list(
+        rows.values_list(
+            IdText("id"), "activation_score", EpochSeconds("created_at"), "origin_tier", "compression_tier"
+        )
+    )
 
 
-def compression_contents(
-    *, workspace: Workspace, ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, tuple[str, list[dict[str, Any]]]]:
-    found: dict[uuid.UUID, tuple[str, list[dict[str, Any]]]] = {}
+def compression_contents(*, workspace: Workspace, ids: Sequence[str]) -> dict[str, tuple[str, list[dict[str, Any]]]]:
+    found: dict[str, tuple[str, list[dict[str, Any]]]] = {}
     for start in range(0, len(ids), _IN_CHUNK):
         chunk = list(ids[start : start + _IN_CHUNK])
         for mid, content, snapshots in Memory.objects.filter(workspace=workspace, id__in=chunk).values_list(
-            "id", "content", "snapshots"
+            IdText("id"), "content", "snapshots"
         ):
             found[mid] = (content, list(snapshots or []))
     return found
@@ -247,33 +297,35 @@ def proposal_get(*, workspace: Workspace, proposal_id: object) -> Proposal:
 def active_rows(
     *, workspace: Workspace, memory_types: Sequence[str], fields: Sequence[str], exclude_key: str = ""
 ) -> list[tuple[Any, ...]]:
-    """`fields` of active memories of `memory_types`, oldest first; exclude_key drops memories whose
-    metadata has that key (already processed by a lifecycle evolver)."""
+    """`fields` of active memories of `memory_types`, oldest first ("id" as text, "created_at" as epoch
+    seconds); exclude_key drops memories whose metadata has that key (already processed by a lifecycle
+    evolver)."""
     rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE, memory_type__in=list(memory_types))
     if exclude_key:
         rows = rows.exclude(metadata__has_key=exclude_key)
-    return list(rows.order_by("created_at", "id").values_list(*fields))
+    columns: list[Any] = [
+        IdText("id") if f == "id" else EpochSeconds("created_at") if f == "created_at" else f for f in fields
+    ]
+    return list(rows.order_by("created_at", "id").values_list(*columns))
 
 
-def details_of(
-    *, workspace: Workspace, ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, tuple[str, str, list[str], dict[str, Any]]]:
+def details_of(*, workspace: Workspace, ids: Sequence[str]) -> dict[str, tuple[str, str, list[str], dict[str, Any]]]:
     """(content, subject, tags, metadata) of the given memories, fetched in chunks of ids."""
-    found: dict[uuid.UUID, tuple[str, str, list[str], dict[str, Any]]] = {}
+    found: dict[str, tuple[str, str, list[str], dict[str, Any]]] = {}
     for start in range(0, len(ids), _IN_CHUNK):
         chunk = list(ids[start : start + _IN_CHUNK])
         for mid, content, subject, tags, metadata in Memory.objects.filter(
             workspace=workspace, id__in=chunk
-        ).values_list("id", "content", "subject", "tags", "metadata"):
+        ).values_list(IdText("id"), "content", "subject", "tags", "metadata"):
             found[mid] = (content, subject, list(tags or []), dict(metadata or {}))
     return found
 
 
 def derived_by(
     *, workspace: Workspace, memory_type: str, evolver: str
-) -> list[tuple[uuid.UUID, str, str, float, dict[str, Any]]]:
+) -> list[tuple[str, str, str, float, dict[str, Any]]]:
     """Active memories of `memory_type` that `evolver` made: (id, subject, content, confidence, metadata)."""
     rows = Memory.objects.filter(
         workspace=workspace, status=Status.ACTIVE, memory_type=memory_type, origin=f"evolver:{evolver}"
     ).order_by("created_at", "id")
-    return list(rows.values_list("id", "subject", "content", "confidence", "metadata"))
+    return list(rows.values_list(IdText("id"), "subject", "content", "confidence", "metadata"))

@@ -88,7 +88,7 @@ class CompressionLadder:
         now_ts = now.timestamp()
         plan = compression_plan(
             np.fromiter((r[1] for r in rows), np.float64, n),
-            np.fromiter(((now_ts - r[2].timestamp()) / SECONDS_PER_DAY for r in rows), np.float64, n),
+            (now_ts - np.fromiter((r[2] for r in rows), np.float64, n)) / SECONDS_PER_DAY,
             np.fromiter((r[3] for r in rows), np.int64, n),
             np.fromiter((r[4] for r in rows), np.int8, n),
         )

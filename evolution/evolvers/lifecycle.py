@@ -20,7 +20,6 @@ restored). Settings per evolver under workspace.evolution_settings[<name>].
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -66,10 +65,10 @@ class Derivation:
     """One new memory, the sources it came from, and which of them get an edge."""
 
     memory: Memory
-    sources: list[uuid.UUID]
+    sources: list[str]
     reason: str
     edge_type: str = EdgeType.DERIVED_FROM
-    linked: list[uuid.UUID] = field(default_factory=list)
+    linked: list[str] = field(default_factory=list)
 
 
 def derive(
@@ -170,7 +169,7 @@ class EpisodicToSemantic:
         )
         now_ts = now.timestamp()
         confidence = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
-        age = np.fromiter(((now_ts - r[2].timestamp()) / SECONDS_PER_DAY for r in rows), np.float64, len(rows))
+        age = (now_ts - np.fromiter((r[2] for r in rows), np.float64, len(rows))) / SECONDS_PER_DAY
         chosen = np.flatnonzero(
             semantic_eligible(confidence, age, min_confidence=min_confidence, min_age_days=min_age)
         ).tolist()
@@ -243,7 +242,7 @@ class EpisodicToZettel:
             exclude_key=ROLLED_UP_INTO,
         )
         rollups = daily_rollups(
-            np.fromiter((r[1].timestamp() for r in rows), np.float64, len(rows)),
+            np.fromiter((r[1] for r in rows), np.float64, len(rows)),
             [r[2] for r in rows],
             now.timestamp(),
             utc_offset_seconds=offset_hours * 3600.0,

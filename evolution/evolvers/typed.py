@@ -34,7 +34,7 @@ from evolution.evolvers.base import (
 )
 from evolution.llm import LLMClient, default_client
 from evolution.models import Action, EvolutionRecord, EvolutionRun, ProposalKind, RecordLink
-from evolution.proposals import proposal_create
+from evolution.proposals import ProposalDraft, proposals_create
 from memories.embeddings import default_embedder
 from memories.errors import InvalidInput, NotFound
 from memories.models import MemoryType, Status, Workspace
@@ -85,22 +85,23 @@ class ContradictionSurfacer:
         self, workspace: Workspace, *, dry_run: bool, run: EvolutionRun | None, now: datetime
     ) -> EvolutionResult:
         result = EvolutionResult(evolver=self.name, dry_run=dry_run)
-        clusters = typed_selectors.contradiction_clusters(workspace=workspace)
-        for cluster in clusters:
-            slots = sorted({_slot_label(m.memory_type, m.subject) for m in cluster.memories})
+        clusters = typed_selectors.contradiction_id_clusters(workspace=workspace)
+        slots = typed_selectors.slots_of(workspace=workspace, ids=[i for c in clusters for i in c])
+        for ids in clusters:
+            labels = sorted({_slot_label(*slots[i]) for i in ids})
             result.records.append(
                 audit.record_build(
                     workspace=workspace,
                     evolver=self.name,
                     action=Action.FLAG,
-                    reason=f"contradiction cluster of {len(cluster.ids)} memories: {', '.join(slots)}",
-                    input_ids=cluster.ids,
+                    reason=f"contradiction cluster of {len(ids)} memories: {', '.join(labels)}",
+                    input_ids=ids,
                     run=run,
                     dry_run=dry_run,
                     now=now,
                 )
             )
-        result.stats.update(clusters=len(clusters), memories=sum(len(c.ids) for c in clusters))
+        result.stats.update(clusters=len(clusters), memories=sum(len(c) for c in clusters))
         return result
 
 
@@ -137,7 +138,7 @@ class PreferenceDriftDetector:
         window_days = number_setting(workspace, self.name, "window_days", 30.0)
         types = types_setting(workspace, self.name, "memory_types", None)
         rows = typed_selectors.drift_inputs(workspace=workspace, memory_types=types)
-        by_id = {str(row[0]): row for row in rows}
+        by_id = {row[0]: row for row in rows}
         flags = drift_flags(
             {key: list(row[3] or ()) for key, row in by_id.items()},
             now,
@@ -190,7 +191,7 @@ class GoalResolver:
         embedder = default_embedder()
         goal_vectors = typed_selectors.vectors_of([(g[0], g[1], g[2]) for g in goals], embedder)
         matches = goal_matches(goal_vectors, typed_selectors.vectors_of(evidence, embedder), threshold)
-        evidence_ids = [str(e[0]) for e in evidence]
+        evidence_ids = [e[0] for e in evidence]
         updates = MemoryUpdates(self.name, Action.RESOLVE, f"goal resolved by evidence (cosine >= {threshold:g})")
         for k in np.flatnonzero(matches.resolved).tolist():
             goal_id, _, _, metadata = goals[k]
@@ -289,11 +290,9 @@ class SummaryEvolver:
         rows = typed_selectors.summary_rows(workspace=workspace, memory_types=cluster_types)
         pending = typed_selectors.pending_summary_sources(workspace=workspace)
         now_ts = now.timestamp()
-        age_days = np.fromiter(
-            ((now_ts - r[4].timestamp()) / SECONDS_PER_DAY for r in rows), dtype=np.float64, count=len(rows)
-        )
+        age_days = (now_ts - np.fromiter((r[4] for r in rows), dtype=np.float64, count=len(rows))) / SECONDS_PER_DAY
         excluded = np.fromiter(
-            (bool(r[5]) or r[6] is not None or str(r[0]) in pending for r in rows), dtype=bool, count=len(rows)
+            (bool(r[5]) or r[6] is not None or r[0] in pending for r in rows), dtype=bool, count=len(rows)
         )
         groups = summary_groups(
             [r[1] for r in rows],
@@ -309,64 +308,73 @@ class SummaryEvolver:
         if not groups:
             return result
         client = self.client or default_client()
-        keys = [summary_dedupe_key([str(rows[k][0]) for k in g.indices]) for g in groups]
+        keys = [summary_dedupe_key([rows[k][0] for k in g.indices]) for g in groups]
         known = typed_selectors.proposal_keys(workspace=workspace, keys=keys)
         fresh = [(g, key) for g, key in zip(groups, keys, strict=True) if key not in known]
         result.stats["already_proposed"] = len(groups) - len(fresh)
         contents = typed_selectors.contents_of(
             workspace=workspace, ids=[rows[k][0] for g, _ in fresh for k in g.indices]
         )
-        proposed = 0
+        drafts: list[ProposalDraft] = []
         for group, key in fresh:
-            ids = [str(rows[k][0]) for k in group.indices]
+            ids = [rows[k][0] for k in group.indices]
             text = client.condense([contents[rows[k][0]] for k in group.indices], subject=group.subject)
-            payload = {
-                "memory_type": target_type,
-                "subject": group.subject,
-                "content": text,
-                "confidence": confidence,
-                "summarizes": ids,
-                "source_type": group.memory_type,
-                "decayed_confidence": {i: round(c, 6) for i, c in zip(ids, group.decayed_confidence, strict=True)},
-                "client": client.name,
-            }
             label = _slot_label(group.memory_type, group.subject)
-            rationale = (
-                f"{len(ids)} {group.memory_type} memories about {group.subject!r} have decayed below confidence "
-                f"{floor:g} (lowest {min(group.decayed_confidence):.6f}); one {target_type} can stand for them. "
-                "The originals stay as they are."
-            )
-            after: dict[str, Any] = {"payload": payload}
-            if not dry_run:
-                proposal, created = proposal_create(
-                    workspace=workspace,
+            drafts.append(
+                ProposalDraft(
                     kind=ProposalKind.SUMMARY,
-                    title=f"Summarize {len(ids)} stale {label} memories"[:300],
-                    rationale=rationale,
-                    payload=payload,
+                    title=f"Summarize {len(ids)} stale {label} memories",
+                    rationale=(
+                        f"{len(ids)} {group.memory_type} memories about {group.subject!r} have decayed below "
+                        f"confidence {floor:g} (lowest {min(group.decayed_confidence):.6f}); one {target_type} "
+                        "can stand for them. The originals stay as they are."
+                    ),
+                    payload={
+                        "memory_type": target_type,
+                        "subject": group.subject,
+                        "content": text,
+                        "confidence": confidence,
+                        "summarizes": ids,
+                        "source_type": group.memory_type,
+                        "decayed_confidence": {
+                            i: round(c, 6) for i, c in zip(ids, group.decayed_confidence, strict=True)
+                        },
+                        "client": client.name,
+                    },
                     source_ids=ids,
                     dedupe_key=key,
                     created_by=self.name,
-                    now=now,
                 )
-                if not created:
+            )
+        created = (
+            {}
+            if dry_run
+            else {p.dedupe_key: p.pk for p in proposals_create(workspace=workspace, drafts=drafts, now=now)}
+        )
+        for draft in drafts:
+            after: dict[str, Any] = {"payload": draft.payload}
+            if not dry_run:
+                if draft.dedupe_key not in created:
                     continue
-                after["proposal_id"] = proposal.pk
-            proposed += 1
+                after["proposal_id"] = created[draft.dedupe_key]
             result.records.append(
                 audit.record_build(
                     workspace=workspace,
                     evolver=self.name,
                     action=Action.CREATE,
-                    reason=f"proposed a summary of {len(ids)} stale {label} memories; awaiting approval",
-                    input_ids=ids,
+                    reason=(
+                        f"proposed a summary of {len(draft.source_ids)} stale "
+                        f"{_slot_label(draft.payload['source_type'], draft.payload['subject'])} memories; "
+                        "awaiting approval"
+                    ),
+                    input_ids=draft.source_ids,
                     after=after,
                     run=run,
                     dry_run=dry_run,
                     now=now,
                 )
             )
-        result.stats["proposed"] = proposed
+        result.stats["proposed"] = len(result.records)
         return result
 
 

@@ -84,7 +84,19 @@ def test_contradictions_list_clusters_with_their_memories(api: APIClient, worksp
 
 
 def test_contradictions_are_empty_without_conflicts(api: APIClient, workspace: Workspace) -> None:
-    assert api.get(url("acme", "contradictions")).json() == {"clusters": []}
+    assert api.get(url("acme", "contradictions")).json() == {"clusters": [], "total": 0}
+
+
+def test_contradictions_page_the_largest_clusters_first(api: APIClient, workspace: Workspace) -> None:
+    for subject, n in (("a", 2), ("b", 3), ("c", 2)):
+        for k in range(n):
+            post_memory(api, content=f"{subject} is {k}", memory_type="state", subject=subject)
+    body = api.get(url("acme", "contradictions") + "?limit=1").json()
+    assert body["total"] == 3
+    (cluster,) = body["clusters"]
+    assert {m["subject"] for m in cluster["memories"]} == {"b"}
+    assert len(cluster["ids"]) == 3
+    assert api.get(url("acme", "contradictions") + "?limit=x").json()["field"] == "limit"
 
 
 def test_drift_flags_list_after_the_detector_runs(api: APIClient, workspace: Workspace) -> None:

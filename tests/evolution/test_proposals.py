@@ -174,3 +174,21 @@ def test_one_applier_per_kind() -> None:
         register_proposal_applier("summary", lambda *args: None)
     with pytest.raises(ValueError, match="not a proposal kind"):
         register_proposal_applier("nonsense", lambda *args: None)
+
+
+def test_bulk_create_skips_known_and_repeated_keys(workspace: Workspace) -> None:
+    from django.utils import timezone
+
+    from evolution.proposals import ProposalDraft, proposals_create
+
+    proposal_create(workspace=workspace, kind="merge", title="old", payload={}, dedupe_key="k1")
+    drafts = [
+        ProposalDraft(kind="merge", title="a", payload={}, dedupe_key="k1"),
+        ProposalDraft(kind="merge", title="b", payload={}, dedupe_key="k2"),
+        ProposalDraft(kind="merge", title="c", payload={}, dedupe_key="k2"),
+        ProposalDraft(kind="merge", title="d", payload={}),
+    ]
+    created = proposals_create(workspace=workspace, drafts=drafts, now=timezone.now())
+    assert [p.title for p in created] == ["b", "d"]
+    assert all(p.pk is not None and p.status == ProposalStatus.PENDING for p in created)
+    assert Proposal.objects.count() == 3
