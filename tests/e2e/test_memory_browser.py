@@ -378,3 +378,82 @@ def test_screenshots_of_the_main_pages(
     page.goto("/w/demo/")
     expect(page.locator("#memory-table tbody tr.mrow").first).to_be_visible()
     screenshot(page, "memory-list-mobile")
+
+
+# Relative luminance and contrast ratio as WCAG 2.x defines them; the background is the first opaque
+# background found walking up from the text's element (the stylesheet uses no background images).
+_CONTRAST_JS = """
+() => {
+  const parse = (c) => { const m = c.match(/rgba?\\(([^)]+)\\)/); if (!m) return null;
+    const p = m[1].split(',').map(Number); return {r: p[0], g: p[1], b: p[2], a: p.length > 3 ? p[3] : 1}; };
+  const lum = (c) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(c.r) + 0.7152 * f(c.g) + 0.0722 * f(c.b); };
+  const background = (el) => { for (let e = el; e; e = e.parentElement) {
+      const c = parse(getComputedStyle(e).backgroundColor); if (c && c.a >= 0.99) return c; }
+    return {r: 255, g: 255, b: 255, a: 1}; };
+  const failures = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const seen = new Set();
+  while (walker.nextNode()) {
+    const text = walker.currentNode.textContent.trim();
+    const el = walker.currentNode.parentElement;
+    if (!text || !el || seen.has(el)) continue;
+    seen.add(el);
+    const style = getComputedStyle(el);
+    const box = el.getBoundingClientRect();
+    if (style.visibility === 'hidden' || style.display === 'none' || box.width === 0 || box.height === 0) continue;
+    if (el.closest('svg, .visually-hidden, [hidden], noscript, option')) continue;
+    const fg = parse(style.color), bg = background(el);
+    const l1 = lum(fg), l2 = lum(bg);
+    const ratio = (Math.max(l1, l2) + 0.05) / (Math.min(l1, l2) + 0.05);
+    const size = parseFloat(style.fontSize), bold = parseInt(style.fontWeight) >= 700;
+    const needed = (size >= 24 || (bold && size >= 18.66)) ? 3 : 4.5;
+    if (ratio < needed) failures.push(`${text.slice(0, 40)} ${ratio.toFixed(2)} < ${needed}`);
+  }
+  return failures;
+}
+"""
+
+
+def test_text_contrast_passes_wcag_aa_on_the_main_pages(page: Page, e2e_workspace: Workspace) -> None:
+    ws = e2e_workspace("contrast-ws", memories=STORY)
+    for url in (f"/w/{ws['slug']}/", f"/w/{ws['slug']}/memories/{ws['ids'][0]}/", f"/w/{ws['slug']}/memories/new/"):
+        page.goto(url)
+        failures = page.evaluate(_CONTRAST_JS)
+        assert failures == [], f"{url}: {failures}"
+    # The checker itself catches faint grey text (#aaa on the page background #f6f7f9 is 2.17:1).
+    page.evaluate("document.querySelector('main').insertAdjacentHTML('beforeend', '<p style=\"color:#aaa\">faint</p>')")
+    assert page.evaluate(_CONTRAST_JS) == ["faint 2.17 < 4.5"]
+
+
+def test_the_basics_work_without_javascript(
+    browser: Any, e2e_server: E2EServer, logged_in_state: dict[str, Any], e2e_workspace: Workspace
+) -> None:
+    ws = e2e_workspace("nojs-ws", memories=STORY)
+    context = browser.new_context(base_url=e2e_server.url, storage_state=logged_in_state, java_script_enabled=False)
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    try:
+        page.goto(f"/w/{ws['slug']}/")
+        page.get_by_label("Search").fill("refresh")
+        page.get_by_role("button", name="Apply", exact=True).click()
+        page.wait_for_url("**q=refresh**")
+        expect(page.locator("#memory-table tbody tr.mrow")).to_have_count(1)
+        page.goto(f"/w/{ws['slug']}/")
+        page.locator("#memory-table tbody tr.mrow input[name=ids]").first.check()
+        page.get_by_label("Action", exact=True).select_option("pin")
+        page.get_by_role("button", name="Apply to selected…").click()
+        expect(page.get_by_role("heading", name="Pin 1 memory?")).to_be_visible()
+        page.get_by_role("button", name="Pin 1 memory").click()
+        expect(page.locator("#messages")).to_contain_text("Pin 1 memory.")
+        page.locator("#messages").get_by_role("button", name="Revert").click()
+        expect(page.locator("#messages")).to_contain_text("Reverted record")
+        page.goto(f"/w/{ws['slug']}/memories/{ws['ids'][0]}/")
+        page.get_by_role("link", name="Edit", exact=True).click()
+        page.get_by_role("textbox", name="Edit content").fill("Edited with JavaScript off")
+        page.get_by_role("button", name="Save").click()
+        expect(page.locator("#messages")).to_contain_text("Content saved.")
+        expect(page.locator("#memory-content")).to_contain_text("Edited with JavaScript off")
+    finally:
+        context.close()

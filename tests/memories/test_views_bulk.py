@@ -12,7 +12,8 @@ from django.test import Client
 from evolution.models import EvolutionRecord
 from memories.models import Memory, Role, Status, Workspace
 
-pytestmark = pytest.mark.django_db
+# Also run on PostgreSQL by `make test`: the pages drive the bulk, revert and rehydrate services.
+pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
 BULK = "/w/acme/memories/bulk/"
 

@@ -15,7 +15,8 @@ from evolution.models import EvolutionRecord
 from memories import services
 from memories.models import AuditEntry, CompressionTier, Edge, Memory, RetrievalEvent, Role, Status, Workspace
 
-pytestmark = pytest.mark.django_db
+# Also run on PostgreSQL by `make test`: the pages drive the bulk, revert and rehydrate services.
+pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from memories.models import AuditEntry, Memory, Role, Status, Workspace
 
-pytestmark = pytest.mark.django_db
+# Also run on PostgreSQL by `make test`: the pages drive the bulk, revert and rehydrate services.
+pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
 LIST = "/w/acme/"
 
