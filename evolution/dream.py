@@ -212,7 +212,8 @@ class Pattern:
 
 
 def outcome_pattern(outcomes: Sequence[Outcome]) -> Pattern | None:
-    """The task type that failed most (at least twice) in ``outcomes``, with what to try instead; else one
+    """The task type that failed most (at least twice) in ``outcomes``, with what to try instead (an
+    approach doing better than the task's overall rate, else its most repeated failure lesson); else one
     that succeeded every time (at least 3 times), with the approach to keep. Decisions on strategies are
     left out (they are about the engine, not the work)."""
     work = [o for o in outcomes if o.task_type != REVIEW_TASK_TYPE]
@@ -227,8 +228,10 @@ def outcome_pattern(outcomes: Sequence[Outcome]) -> Pattern | None:
         wins: Counter[str] = Counter(o.approach for o in mine if o.result == OutcomeResult.SUCCESS)
         tries: Counter[str] = Counter(o.approach for o in mine)
         reflection = f"{task} failed {fails[task]} of {totals[task]} times in the last 7 days."
-        if wins:
-            best = min(wins, key=lambda a: (-wins[a] / tries[a], -tries[a], a))
+        overall = (totals[task] - fails[task]) / totals[task]
+        better = [a for a in wins if wins[a] / tries[a] > overall]
+        if better:
+            best = min(better, key=lambda a: (-wins[a] / tries[a], -tries[a], a))
             lesson = f"Prefer the approach {best!r} for {task}: it succeeded {wins[best]} of {tries[best]} times."
         else:
             lessons = Counter(o.lesson for o in mine if o.result == OutcomeResult.FAIL and lesson_key(o.lesson))

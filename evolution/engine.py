@@ -266,22 +266,12 @@ def correction_subject(topic: str) -> str:
     return "" if subject_key(topic) in ("", DEFAULT_TOPIC) else one_line(topic)
 
 
-@transaction.atomic
-def correction_record(
-    *,
-    workspace: Workspace,
-    actor: User | None,
-    item: CorrectionInput,
-    channel: str = "api",
-    origin: str = "",
-    tier: str = Tier.HOT,
-    metadata: Mapping[str, Any] | None = None,
-) -> Memory:
-    """Write a user correction: memory type correction, HOT, origin tier 1, content = what to do instead.
-
-    The fields are kept in ``metadata["correction"]``; its topic is its subject, so the write-time policy
-    supersedes (or, for replace-types such as preferences, overwrites) every active memory of that subject.
-    """
+def correction_memory_input(
+    item: CorrectionInput, *, origin: str, tier: str = Tier.HOT, metadata: Mapping[str, Any] | None = None
+) -> MemoryInput:
+    """The memory a correction is stored as (see ``correction_record``); ``origin`` must be a person's."""
+    if origin_tier(origin) != 1:
+        raise InvalidInput("origin: a correction is authored by a person (user:, api:, cli:, import:)", field="origin")
     topic = item.topic or DEFAULT_TOPIC
     meta = {
         **(metadata or {}),
@@ -292,30 +282,65 @@ def correction_record(
             "topic": topic,
         },
     }
+    return MemoryInput(
+        content=item.what_i_should_do,
+        memory_type=MemoryType.CORRECTION,
+        subject=correction_subject(topic),
+        origin=origin,
+        tier=tier,
+        created_at=item.created_at,
+        metadata=meta,
+    )
+
+
+@transaction.atomic
+def correction_record(
+    *,
+    workspace: Workspace,
+    actor: User | None,
+    item: CorrectionInput,
+    channel: str = "api",
+    origin: str = "",
+) -> Memory:
+    """Write a user correction: memory type correction, HOT, origin tier 1, content = what to do instead.
+
+    The fields are kept in ``metadata["correction"]``; its topic is its subject, so the write-time policy
+    supersedes (or, for replace-types such as preferences, overwrites) every active memory of that subject.
+    """
     final_origin = origin or default_origin(actor, channel)
-    if origin_tier(final_origin) != 1:
-        raise InvalidInput("origin: a correction is authored by a person (user:, api:, cli:, import:)", field="origin")
     (memory,) = memories_create(
         workspace=workspace,
         actor=actor,
         channel=channel,
-        items=[
-            MemoryInput(
-                content=item.what_i_should_do,
-                memory_type=MemoryType.CORRECTION,
-                subject=correction_subject(topic),
-                origin=final_origin,
-                tier=tier,
-                created_at=item.created_at,
-                metadata=meta,
-            )
-        ],
+        items=[correction_memory_input(item, origin=final_origin)],
     )
     return memory
 
 
 def reflection_content(context: str, reflection: str, lesson: str) -> str:
     return f"CONTEXT: {context}\nREFLECTION: {reflection}\nLESSON: {lesson}"
+
+
+def reflection_memory_input(
+    item: ReflectionInput, *, origin: str = "", metadata: Mapping[str, Any] | None = None
+) -> MemoryInput:
+    """The memory a reflection is stored as (see ``reflection_record``)."""
+    meta = {
+        **(metadata or {}),
+        "reflection": {
+            "context": item.context,
+            "reflection": item.reflection,
+            "lesson": item.lesson,
+            "topic": item.topic,
+        },
+    }
+    return MemoryInput(
+        content=reflection_content(item.context, item.reflection, item.lesson),
+        memory_type=MemoryType.REFLECTION,
+        origin=origin,
+        created_at=item.created_at,
+        metadata=meta,
+    )
 
 
 @transaction.atomic
@@ -326,7 +351,6 @@ def reflection_record(
     item: ReflectionInput,
     channel: str = "api",
     origin: str = "",
-    metadata: Mapping[str, Any] | None = None,
     evolve: bool = True,
     now: datetime | None = None,
 ) -> ReflectionRecorded:
@@ -334,28 +358,11 @@ def reflection_record(
     ``metadata["reflection"]``). Its lesson runs the engine like an outcome's unless ``evolve`` is False
     or it is the dream's own log."""
     now = now or timezone.now()
-    meta = {
-        **(metadata or {}),
-        "reflection": {
-            "context": item.context,
-            "reflection": item.reflection,
-            "lesson": item.lesson,
-            "topic": item.topic,
-        },
-    }
     (memory,) = memories_create(
         workspace=workspace,
         actor=actor,
         channel=channel,
-        items=[
-            MemoryInput(
-                content=reflection_content(item.context, item.reflection, item.lesson),
-                memory_type=MemoryType.REFLECTION,
-                origin=origin,
-                created_at=item.created_at,
-                metadata=meta,
-            )
-        ],
+        items=[reflection_memory_input(item, origin=origin)],
     )
     counts = evolve and subject_key(item.topic or "") != DREAM_TOPIC
     evolved = _evolve_for_lesson(workspace, item.lesson, now) if counts else None
@@ -376,13 +383,17 @@ def _evolve_for_lesson(workspace: Workspace, lesson: str, now: datetime) -> Evol
 
 
 def sensor_id(index: int) -> str:
-    """Id of the ``index``-th (0-based) outcome of a workspace in recorded order: S-0001, S-0002, ..."""
+    """Id of the ``index``-th (0-based) outcome of a workspace in recorded order: S-0001, S-0002, ...
+
+    Recorded order is insertion order, so a reading keeps its id when an older one is recorded later
+    (outcomes may carry a past ``created_at``) and the evidence refs of proposals stay true.
+    """
     return f"S-{index + 1:04d}"
 
 
 def outcomes_in_order(*, workspace: Workspace) -> list[Outcome]:
-    """Every outcome of the workspace in recorded order (created_at, then insertion)."""
-    return list(Outcome.objects.filter(workspace=workspace).order_by("created_at", "pk"))
+    """Every outcome of the workspace in recorded (insertion) order."""
+    return list(Outcome.objects.filter(workspace=workspace).order_by("pk"))
 
 
 def outcome_list(*, workspace: Workspace, after_id: int = 0, limit: int = 100) -> tuple[list[Outcome], int | None]:
