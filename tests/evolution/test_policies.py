@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -8,6 +9,8 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from evolution.models import EvolutionRecord
 from evolution.policies import EVOLVER, apply_write_policies, validate_policy_overrides
@@ -253,3 +256,71 @@ def test_records_link_both_memories_into_their_history(make_memory: MakeMemory) 
     (record,) = policy_records()
     linked = {uuid.UUID(str(m)) for m in record.links.values_list("memory_id", flat=True)}
     assert linked == {first.id, second.id}
+
+
+# -- properties over generated write sequences ----------------------------------------------------
+
+_slugs = itertools.count()
+write_spec = st.lists(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "memory_type": st.sampled_from(["preference", "goal", "state", "fact", "correction"]),
+                "subject": st.sampled_from(["editor", "Editor ", "theme", ""]),
+                "content": st.sampled_from(["vim", "emacs", "dark", "light"]),
+                "origin": st.sampled_from(["api:alice", "agent:bot", "engine:x"]),
+                "confidence": st.sampled_from([0.3, 0.7, 1.0]),
+                "age_days": st.integers(0, 5),
+                "flagged": st.booleans(),
+            }
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=write_spec)
+def test_policies_keep_one_value_per_replace_slot_and_revert_to_the_inserted_rows(
+    user: Any, batches: list[list[dict[str, Any]]]
+) -> None:
+    ws = Workspace.objects.create(slug=f"policy-prop-{next(_slugs)}", name="prop")
+    inputs: dict[uuid.UUID, MemoryInput] = {}
+    count = 0
+    for batch in batches:
+        items = [
+            MemoryInput(
+                content=spec["content"],
+                memory_type=spec["memory_type"],
+                subject=spec["subject"],
+                origin=spec["origin"],
+                confidence=spec["confidence"],
+                created_at=T0 - dt.timedelta(days=spec["age_days"]),
+                metadata={"correction": True} if spec["flagged"] else {},
+            )
+            for spec in batch
+        ]
+        created = services.memories_create(workspace=ws, actor=user, items=items)
+        inputs.update((m.id, item) for m, item in zip(created, items, strict=True))
+        count += len(items)
+        assert Memory.objects.filter(workspace=ws).count() == count  # nothing is ever deleted
+    active = Memory.objects.filter(workspace=ws, status=Status.ACTIVE, memory_type__in=["preference", "goal"])
+    slots = [(m.memory_type, " ".join(m.subject.split()).casefold()) for m in active if m.subject.strip()]
+    assert len(slots) == len(set(slots))
+    for memory in Memory.objects.filter(workspace=ws):
+        for other in memory.conflicts_with:
+            assert str(memory.id) in Memory.objects.get(id=other).conflicts_with
+    records = EvolutionRecord.objects.filter(workspace=ws, evolver=EVOLVER).order_by("-id")
+    for record in records:
+        services.memory_record_revert(workspace=ws, record_id=record.pk, actor=None)
+    for memory in Memory.objects.filter(workspace=ws):
+        item = inputs[memory.id]
+        assert (memory.content, memory.confidence, memory.origin) == (item.content, item.confidence, item.origin)
+        assert memory.status == Status.ACTIVE and memory.superseded_by is None
+        assert (memory.replace_log, memory.replace_count, memory.version) == ([], 0, 1)
+        assert memory.conflicts_with == []
+        assert memory.metadata == item.metadata
+        assert memory.updated_at == memory.created_at
