@@ -69,7 +69,7 @@ def _int_param(request: Request, name: str, default: int) -> int:
 
 
 class ProposalListApi(APIView):
-    class OutputSerializer(serializers.Serializer[Any]):
+    class ProposalPageOut(serializers.Serializer[Any]):
         results = ProposalOut(many=True)
         next = serializers.IntegerField(allow_null=True, help_text="pass as ?after= for the next page")
 
@@ -80,7 +80,8 @@ class ProposalListApi(APIView):
             OpenApiParameter("after", int, description="cursor: the `next` of the previous page"),
             OpenApiParameter("limit", int, description="1..500, default 100"),
         ],
-        responses={200: OutputSerializer, **ERRORS},
+        responses={200: ProposalPageOut, **ERRORS},
+        operation_id="proposals_list",
     )
     def get(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
@@ -95,7 +96,7 @@ class ProposalListApi(APIView):
 
 
 class ProposalDetailApi(APIView):
-    @extend_schema(responses={200: ProposalOut, **ERRORS})
+    @extend_schema(responses={200: ProposalOut, **ERRORS}, operation_id="proposals_retrieve")
     def get(self, request: Request, ws: str, proposal_id: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
         return Response(
@@ -120,11 +121,11 @@ def _reason(data: dict[str, Any]) -> str:
 
 
 class ProposalApproveApi(APIView):
-    class InputSerializer(serializers.Serializer[Any]):
+    class ProposalApproveIn(serializers.Serializer[Any]):
         payload = serializers.JSONField(required=False, help_text="modified payload to approve instead")
         reason = serializers.CharField(required=False)
 
-    @extend_schema(request=InputSerializer, responses={200: ProposalOut, **ERRORS})
+    @extend_schema(request=ProposalApproveIn, responses={200: ProposalOut, **ERRORS})
     def post(self, request: Request, ws: str, proposal_id: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         data = _body(request)
@@ -142,10 +143,10 @@ class ProposalApproveApi(APIView):
 
 
 class ProposalRejectApi(APIView):
-    class InputSerializer(serializers.Serializer[Any]):
+    class ProposalRejectIn(serializers.Serializer[Any]):
         reason = serializers.CharField(required=False)
 
-    @extend_schema(request=InputSerializer, responses={200: ProposalOut, **ERRORS})
+    @extend_schema(request=ProposalRejectIn, responses={200: ProposalOut, **ERRORS})
     def post(self, request: Request, ws: str, proposal_id: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         proposal = proposals.proposal_reject(

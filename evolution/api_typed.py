@@ -30,18 +30,20 @@ def _int_param(request: Request, name: str, default: int) -> int:
         raise InvalidInput(f"{name}: expected an integer", field=name) from None
 
 
+class ContradictionClusterOut(serializers.Serializer[Any]):
+    ids = serializers.ListField(child=serializers.UUIDField())
+    memories = MemoryOut(many=True)
+
+
+class ContradictionsOut(serializers.Serializer[Any]):
+    clusters = ContradictionClusterOut(many=True, help_text="connected components of conflicts_with, largest first")
+    total = serializers.IntegerField(help_text="number of clusters in the workspace")
+
+
 class ContradictionListApi(APIView):
-    class ClusterOut(serializers.Serializer[Any]):
-        ids = serializers.ListField(child=serializers.UUIDField())
-        memories = MemoryOut(many=True)
-
-    class OutputSerializer(serializers.Serializer[Any]):
-        clusters = serializers.ListField(help_text="connected components of conflicts_with, largest first")
-        total = serializers.IntegerField(help_text="number of clusters in the workspace")
-
     @extend_schema(
         parameters=[OpenApiParameter("limit", int, description="largest clusters to return, 1..1000, default 100")],
-        responses={200: OutputSerializer, **ERRORS},
+        responses={200: ContradictionsOut, **ERRORS},
     )
     def get(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
@@ -63,25 +65,27 @@ class ContradictionListApi(APIView):
         )
 
 
+class DriftFlagOut(serializers.Serializer[Any]):
+    memory_id = serializers.UUIDField()
+    memory_type = serializers.CharField()
+    subject = serializers.CharField()
+    content = serializers.CharField()
+    reason = serializers.CharField()
+    replaces_in_window = serializers.IntegerField()
+    first_replace_at = serializers.DateTimeField()
+    last_replace_at = serializers.DateTimeField()
+    flagged_at = serializers.DateTimeField()
+    window_days = serializers.FloatField()
+
+
+class DriftFlagsOut(serializers.Serializer[Any]):
+    results = DriftFlagOut(many=True, help_text="drift flags, newest first")
+
+
 class DriftFlagListApi(APIView):
-    class FlagOut(serializers.Serializer[Any]):
-        memory_id = serializers.UUIDField()
-        memory_type = serializers.CharField()
-        subject = serializers.CharField()
-        content = serializers.CharField()
-        reason = serializers.CharField()
-        replaces_in_window = serializers.IntegerField()
-        first_replace_at = serializers.DateTimeField()
-        last_replace_at = serializers.DateTimeField()
-        flagged_at = serializers.DateTimeField()
-        window_days = serializers.FloatField()
-
-    class OutputSerializer(serializers.Serializer[Any]):
-        results = serializers.ListField(help_text="drift flags, newest first")
-
     @extend_schema(
         parameters=[OpenApiParameter("limit", int, description="1..1000, default 200")],
-        responses={200: OutputSerializer, **ERRORS},
+        responses={200: DriftFlagsOut, **ERRORS},
     )
     def get(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
@@ -103,11 +107,11 @@ class DriftFlagListApi(APIView):
 
 
 class GoalResolutionRevertApi(APIView):
-    class OutputSerializer(serializers.Serializer[Any]):
+    class GoalRevertOut(serializers.Serializer[Any]):
         goal_id = serializers.UUIDField()
         revert_record_id = serializers.IntegerField()
 
-    @extend_schema(request=None, responses={200: OutputSerializer, **ERRORS})
+    @extend_schema(request=None, responses={200: GoalRevertOut, **ERRORS})
     def post(self, request: Request, ws: str, goal_id: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         record = goal_resolution_revert(workspace=access.workspace, goal_id=goal_id, actor=request.user)
