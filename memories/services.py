@@ -620,45 +620,11 @@ def api_token_ensure(*, user: AbstractBaseUser, workspace: Workspace) -> str:
     return str(token.key)
 
 
-@transaction.atomic
 def memory_record_revert(*, workspace: Workspace, record_id: int, actor: User | None) -> EvolutionRecord:
-    """Undo one evolution record of `workspace` and write the undo as a record of its own.
+    """Undo one evolution record of `workspace`; see evolution.services.record_revert (the one implementation).
 
-    The undo record swaps the memory fields of the original's before/after, so it can itself be
-    reverted (redo). Raises NotFound for a record of another workspace and Conflict when a later
-    change depends on the record (see evolution.audit.record_revert_plan).
+    Imported here at call time because evolution.services imports the runner, which imports this module.
     """
-    record = EvolutionRecord.objects.select_for_update().filter(workspace=workspace, pk=record_id).first()
-    if record is None:
-        raise NotFound(f"record: no evolution record {record_id} in workspace {workspace.slug!r}", field="record")
-    audit.record_revert_plan(record)
-    audit.record_apply_revert(record)
-    memory_keys = [k for k in record.before if k in record.after and _is_memory_key(k)]
-    (undo,) = audit.records_save(
-        [
-            audit.record_build(
-                workspace=workspace,
-                evolver="user",
-                action=Action.REVERT,
-                reason=f"revert of record {record.pk} ({record.evolver} {record.action}) by "
-                f"{default_origin(actor, 'user')}",
-                input_ids=record.output_ids or record.input_ids,
-                output_ids=record.input_ids,
-                before={k: record.after[k] for k in memory_keys},
-                after={k: record.before[k] for k in memory_keys},
-                actor=actor,
-                now=record.reverted_at,
-            )
-        ]
-    )
-    record.reverted_by = undo
-    record.save(update_fields=["reverted_at", "reverted_by"])
-    return undo
+    from evolution.services import record_revert
 
-
-def _is_memory_key(key: str) -> bool:
-    try:
-        uuid.UUID(key)
-    except ValueError:
-        return False
-    return True
+    return record_revert(workspace=workspace, record_id=record_id, actor=actor)

@@ -28,6 +28,7 @@ from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from evolution import services as evolution_services
 from evolution.audit import CREATED_MEMORIES
 from evolution.models import Action, EvolutionRecord
 from memories import selectors, services
@@ -346,7 +347,7 @@ def record_revert(request: HttpRequest, ws: str, record_id: int) -> HttpResponse
     access = _edit_access(request, ws)
     back = _safe_next(request, _list_url(ws))
     try:
-        services.memory_record_revert(workspace=access.workspace, record_id=record_id, actor=request.user)
+        evolution_services.record_revert(workspace=access.workspace, record_id=record_id, actor=request.user)
     except NotFound as exc:
         raise Http404(exc.detail) from exc
     except Conflict as exc:
