@@ -49,6 +49,7 @@ from memories.selectors import WorkspaceAccess
 P = ParamSpec("P")
 PAGE_SIZE = 50
 HISTORY_LIMIT = 50
+EDGE_LIMIT = 200
 DECAY_DAYS = 90
 
 
@@ -603,7 +604,7 @@ def _detail_context(request: HttpRequest, access: WorkspaceAccess, memory: Memor
     now = timezone.now()
     history = selectors.memory_history(workspace=access.workspace, memory_id=memory.id, limit=HISTORY_LIMIT)
     retrievals = selectors.memory_retrievals(memory=memory)
-    edges = selectors.edges_of_memory(workspace=access.workspace, memory=memory)
+    edges = selectors.memory_edges_page(workspace=access.workspace, memory=memory, limit=EDGE_LIMIT)
     phrase = delete_phrase(memory.content)
     return {
         "access": access,
@@ -615,8 +616,9 @@ def _detail_context(request: HttpRequest, access: WorkspaceAccess, memory: Memor
         "timeline": timeline(memory, history.records),
         "history_more": history.more,
         "retrieval_count": len(retrievals),
-        "edge_groups": edge_groups(memory, edges),
-        "edge_count": len(edges),
+        "edge_groups": edge_groups(memory, edges.edges),
+        "edge_count": len(edges.edges),
+        "edges_more": edges.more,
         "snapshots": _snapshots(memory),
         "can_rehydrate": _can_rehydrate(memory),
         "compression_label": CompressionTier(memory.compression_tier).label,

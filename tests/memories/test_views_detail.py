@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from evolution.models import EvolutionRecord
 from memories import services
+from memories.inputs import MemoryInput
 from memories.models import AuditEntry, CompressionTier, Edge, Memory, RetrievalEvent, Role, Status, Workspace
 
 # Also run on PostgreSQL by `make test`: the pages drive the bulk, revert and rehydrate services.
@@ -331,3 +332,17 @@ def test_memory_of_another_workspace_is_404(browser: Client, workspace: Workspac
     assert browser.get(f"/w/acme/memories/{foreign.id}/").status_code == 404
     assert browser.get(f"/w/acme/memories/{foreign.id}/graph.json").status_code == 404
     assert browser.post(f"/w/acme/memories/{foreign.id}/archive/").status_code == 404
+
+
+def test_a_hub_shows_its_first_200_edges_and_says_there_are_more(
+    browser: Client, workspace: Workspace, make_memory: Callable[..., Memory]
+) -> None:
+    hub = make_memory("an entity mentioned everywhere", memory_type="entity")
+    turns = services.memories_create(
+        workspace=workspace, actor=None, items=[MemoryInput(content=f"turn {i}") for i in range(205)]
+    )
+    Edge.objects.bulk_create(Edge(workspace=workspace, source=t, target=hub, edge_type="MENTIONS") for t in turns)
+    html = browser.get(url(hub)).content.decode()
+    assert html.count('<span class="dir"') == 200
+    assert "(first 200)" in html
+    assert "More edges exist" in html
