@@ -11,6 +11,7 @@ api_patterns = [
     path("", include("memories.api_urls")),
     path("", include("evolution.api_urls")),
     path("", include("evolution.typed_urls")),
+    path("", include("evolution.engine_urls")),
     path("", include("surfacing.api_urls")),
 ]
 

@@ -82,13 +82,13 @@ def manual_rule(ws: Workspace, user: Any, text: str, *, tier: str = "hot", days:
 def rich_history(ws: Workspace, user: Any) -> None:
     """A workspace that uses every part of the layout: rules in every tier, corrections (one superseded),
     reflections, proposals in every status, sensor readings and decisions, retrieval uses, a dream."""
-    for days in (3, 2, 1):
+    for days in (3.0, 2.0, 1.0):
         record_outcome(ws, "Electron packaging", "fail", "Always check asarUnpack for renderer files", days)
     for days in (3.5, 2.5, 1.5):
         record_outcome(ws, "deploy", "fail", "Paste the API token into the deploy log", days)
-    for days in (4, 3, 2):
+    for days in (4.0, 3.0, 2.0):
         record_outcome(ws, "ci", "success", "Cache the node_modules folder, keyed by lockfile", days)
-    for days in (4, 3, 2):
+    for days in (4.0, 3.0, 2.0):
         record_outcome(ws, "docs", "fail", "Run the link checker before publishing docs", days)
     record_outcome(ws, "deploy", "success", "", 0.5)
     pending = {p.payload["rule"]: p for p in Proposal.objects.filter(workspace=ws, status=ProposalStatus.PENDING)}
@@ -109,7 +109,7 @@ def rich_history(ws: Workspace, user: Any) -> None:
         reason="the CI\ndoes it",
         now=NOW,
     )
-    for days in (2, 1, 0.5):
+    for days in (2.0, 1.0, 0.5):
         record_reflection(ws, user, "Pin the electron version in package.json", days)
     record_reflection(ws, user, "Ship smaller bundles", 1, topic="bundles")
     record_correction(ws, user, "editor", "use vim", days=5)

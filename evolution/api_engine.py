@@ -1,0 +1,330 @@
+"""REST adapters of the self-learning engine (seed 002): parse, authorize, call one service, render.
+
+Members read (world model, dream reports, export, a dry-run dream); editors and owners write (outcomes,
+corrections, reflections, evolve, dream, import): a viewer gets 403, a non-member 404.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpResponse
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.parsers import JSONParser, MultiPartParser
+from rest_framework.renderers import BaseRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from evolution import dream, engine, memdir_io
+from evolution.api_proposals import proposal_json
+from evolution.models import DreamReport, Outcome
+from memories import selectors
+from memories.api_errors import error_response
+from memories.errors import InvalidInput
+from memories.serializers import ErrorOut, MemoryOut, memory_json
+
+ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
+DREAM_FIELDS = frozenset({"dry_run"})
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+def _body(request: Request) -> dict[str, Any]:
+    data: Any = request.data
+    if data is None or data == "":
+        return {}
+    if not isinstance(data, dict):
+        raise InvalidInput("body: expected a JSON object", field="body")
+    return dict(data)
+
+
+def outcome_json(outcome: Outcome) -> dict[str, Any]:
+    return {
+        "id": outcome.pk,
+        "task_type": outcome.task_type,
+        "approach": outcome.approach,
+        "result": outcome.result,
+        "context": {"lesson": outcome.lesson, "issue": outcome.issue, "solution": outcome.solution},
+        "source": outcome.source,
+        "created_at": _iso(outcome.created_at),
+    }
+
+
+def evolve_json(result: engine.EvolveResult | None) -> dict[str, Any]:
+    if result is None:
+        return {"created": [], "vetoed": [], "questions": []}
+    return {
+        "created": [proposal_json(p) for p in result.created],
+        "vetoed": [proposal_json(p) for p in result.vetoed],
+        "questions": [proposal_json(p) for p in result.questions],
+    }
+
+
+def dream_json(report: DreamReport) -> dict[str, Any]:
+    return {
+        "id": report.pk,
+        "created_at": _iso(report.created_at),
+        "run_id": str(report.run_id) if report.run_id else None,
+        "dry_run": bool(report.report.get("dry_run")),
+        "report": report.report,
+    }
+
+
+class ProposalsOut(serializers.Serializer[Any]):
+    created = serializers.ListField(child=serializers.DictField(), help_text="new pending strategy proposals")
+    vetoed = serializers.ListField(child=serializers.DictField(), help_text="refused by the covenant, with reasons")
+    questions = serializers.ListField(child=serializers.DictField(), help_text="conflict proposals asking the user")
+
+
+def _outcome_fields() -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+    return {
+        "id": serializers.IntegerField(),
+        "task_type": serializers.CharField(),
+        "approach": serializers.CharField(),
+        "result": serializers.ChoiceField(choices=["success", "fail"]),
+        "context": serializers.DictField(help_text="{lesson, issue, solution}"),
+        "source": serializers.CharField(help_text="api, engine (decisions on strategies) or import"),
+        "created_at": serializers.DateTimeField(),
+    }
+
+
+OutcomeOut = inline_serializer("OutcomeOut", fields=_outcome_fields())
+
+
+class OutcomeListCreateApi(APIView):
+    InputSerializer = inline_serializer(
+        "OutcomeIn",
+        fields={
+            "task_type": serializers.CharField(max_length=engine.MAX_TASK_TYPE),
+            "result": serializers.ChoiceField(choices=["success", "fail"]),
+            "approach": serializers.CharField(required=False, max_length=engine.MAX_APPROACH),
+            "context": serializers.DictField(required=False, help_text="{lesson?, issue?, solution?}"),
+            "created_at": serializers.DateTimeField(required=False, help_text="for history recorded later"),
+        },
+    )
+    OutputSerializer = inline_serializer(
+        "OutcomeCreated",
+        fields={
+            **_outcome_fields(),
+            "proposals": ProposalsOut(help_text="what the engine proposed because of this outcome's lesson"),
+        },
+    )
+    PageSerializer = inline_serializer(
+        "OutcomePage",
+        fields={
+            "results": inline_serializer("OutcomeItem", fields=_outcome_fields(), many=True),
+            "next": serializers.IntegerField(allow_null=True, help_text="pass as ?after= for the next page"),
+        },
+    )
+
+    @extend_schema(
+        parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int, description="1..500")],
+        responses={200: PageSerializer, **ERRORS},
+    )
+    def get(self, request: Request, ws: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws)
+        try:
+            after = int(request.query_params.get("after") or 0)
+            limit = int(request.query_params.get("limit") or 100)
+        except ValueError:
+            raise InvalidInput("after, limit: expected integers", field="limit") from None
+        page, cursor = engine.outcome_list(workspace=access.workspace, after_id=after, limit=limit)
+        return Response({"results": [outcome_json(o) for o in page], "next": cursor})
+
+    @extend_schema(request=InputSerializer, responses={201: OutputSerializer, **ERRORS})
+    def post(self, request: Request, ws: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        item = engine.outcome_input(request.data)
+        recorded = engine.outcome_record(workspace=access.workspace, item=item)
+        body = {**outcome_json(recorded.outcome), "proposals": evolve_json(recorded.evolved)}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class CorrectionCreateApi(APIView):
+    InputSerializer = inline_serializer(
+        "CorrectionIn",
+        fields={
+            "what_i_did_wrong": serializers.CharField(),
+            "what_i_should_do": serializers.CharField(),
+            "context": serializers.CharField(),
+            "topic": serializers.CharField(required=False, help_text="the subject it wins; default: none"),
+            "created_at": serializers.DateTimeField(required=False),
+        },
+    )
+
+    @extend_schema(request=InputSerializer, responses={201: MemoryOut, **ERRORS})
+    def post(self, request: Request, ws: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        item = engine.correction_input(request.data)
+        memory = engine.correction_record(workspace=access.workspace, actor=request.user, item=item)
+        return Response(memory_json(memory, timezone.now(), workspace=access.workspace), status=status.HTTP_201_CREATED)
+
+
+class ReflectionCreateApi(APIView):
+    InputSerializer = inline_serializer(
+        "ReflectionIn",
+        fields={
+            "context": serializers.CharField(),
+            "reflection": serializers.CharField(),
+            "lesson": serializers.CharField(),
+            "topic": serializers.CharField(required=False),
+            "created_at": serializers.DateTimeField(required=False),
+        },
+    )
+
+    @extend_schema(request=InputSerializer, responses={201: MemoryOut, **ERRORS})
+    def post(self, request: Request, ws: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        item = engine.reflection_input(request.data)
+        recorded = engine.reflection_record(workspace=access.workspace, actor=request.user, item=item)
+        return Response(
+            memory_json(recorded.memory, timezone.now(), workspace=access.workspace), status=status.HTTP_201_CREATED
+        )
+
+
+class WorldModelOut(serializers.Serializer[Any]):
+    approaches = serializers.ListField(child=serializers.DictField(), help_text="per (task_type, approach)")
+    task_types = serializers.ListField(child=serializers.DictField(), help_text="per task_type, with best_approach")
+    outcomes = serializers.IntegerField()
+
+
+class WorldModelApi(APIView):
+    @extend_schema(responses={200: WorldModelOut, **ERRORS})
+    def get(self, request: Request, ws: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws)
+        return Response(engine.world_model_for(access.workspace).as_json())
+
+
+class EvolveApi(APIView):
+    @extend_schema(request=None, responses={200: ProposalsOut, **ERRORS})
+    def post(self, request: Request, ws: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        data = _body(request)
+        if data:
+            name = sorted(str(k) for k in data)[0]
+            raise InvalidInput(f"{name}: unknown field; evolve takes no parameters", field=name)
+        return Response(evolve_json(engine.engine_evolve(workspace=access.workspace)))
+
+
+class DreamOut(serializers.Serializer[Any]):
+    id = serializers.IntegerField(allow_null=True, help_text="null for a dry run (nothing stored)")
+    created_at = serializers.DateTimeField()
+    run_id = serializers.CharField(allow_null=True, help_text="the evolution run holding the tier moves")
+    dry_run = serializers.BooleanField()
+    report = serializers.DictField(help_text="see docs/engine.md")
+
+
+class DreamIn(serializers.Serializer[Any]):
+    dry_run = serializers.BooleanField(default=False, help_text="true previews and stores nothing")
+
+
+class DreamListOut(serializers.Serializer[Any]):
+    results = DreamOut(many=True)
+
+
+class DreamApi(APIView):
+    @extend_schema(
+        operation_id="dream_reports_list",
+        parameters=[OpenApiParameter("limit", int, description="1..200, default 20")],
+        responses={200: DreamListOut, **ERRORS},
+    )
+    def get(self, request: Request, ws: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws)
+        try:
+            limit = int(request.query_params.get("limit") or 20)
+        except ValueError:
+            raise InvalidInput("limit: expected an integer", field="limit") from None
+        reports = dream.dream_report_list(workspace=access.workspace, limit=limit)
+        return Response({"results": [dream_json(r) for r in reports]})
+
+    @extend_schema(request=DreamIn, responses={200: DreamOut, 201: DreamOut, **ERRORS})
+    def post(self, request: Request, ws: str) -> Response:
+        data = _body(request)
+        unknown = sorted(str(k) for k in data if k not in DREAM_FIELDS)
+        if unknown:
+            raise InvalidInput(f"{unknown[0]}: unknown field; expected dry_run", field=unknown[0])
+        dry_run = data.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            raise InvalidInput("dry_run: expected true or false", field="dry_run")
+        # A dry run changes nothing, so every member may preview; applying needs an editor.
+        access = selectors.workspace_access(user=request.user, slug=ws, require="view" if dry_run else "edit")
+        report = dream.dream_run(workspace=access.workspace, actor=request.user, dry_run=dry_run)
+        return Response(dream_json(report), status=status.HTTP_200_OK if dry_run else status.HTTP_201_CREATED)
+
+
+class DreamDetailApi(APIView):
+    @extend_schema(responses={200: DreamOut, **ERRORS})
+    def get(self, request: Request, ws: str, report_id: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws)
+        return Response(dream_json(dream.dream_report_get(workspace=access.workspace, report_id=report_id)))
+
+
+class _ExportNegotiation(DefaultContentNegotiation):
+    """``?format=`` chooses the export's format (zip or json) here, not a DRF renderer: always render JSON."""
+
+    def select_renderer(
+        self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        renderer = next(iter(renderers))
+        return renderer, renderer.media_type
+
+
+class ExportApi(APIView):
+    content_negotiation_class = _ExportNegotiation
+
+    @extend_schema(
+        parameters=[OpenApiParameter("format", str, description="zip (default) or json: {files: {path: text}}")],
+        responses={(200, "application/zip"): bytes, **ERRORS},
+    )
+    def get(self, request: Request, ws: str) -> HttpResponse | Response:
+        access = selectors.workspace_access(user=request.user, slug=ws)
+        fmt = request.query_params.get("format") or "zip"
+        if fmt not in ("zip", "json"):
+            raise InvalidInput(f"format: {fmt!r} is not one of zip, json", field="format")
+        files = memdir_io.memdir_export(workspace=access.workspace)
+        if fmt == "json":
+            return Response({"files": files})
+        response = HttpResponse(memdir_io.memdir_zip(files), content_type="application/zip")
+        response["Content-Disposition"] = f'attachment; filename="memory-evolution-{access.workspace.slug}.zip"'
+        return response
+
+
+class ImportIn(serializers.Serializer[Any]):
+    file = serializers.FileField(required=False, help_text="multipart: a zip of the directory")
+    files = serializers.DictField(child=serializers.CharField(), required=False, help_text="JSON: path -> text")
+
+
+class ImportOut(serializers.Serializer[Any]):
+    created = serializers.DictField(child=serializers.IntegerField(), help_text="per kind")
+    skipped = serializers.DictField(child=serializers.IntegerField(), help_text="already in the workspace")
+    origin = serializers.CharField(allow_null=True, help_text="meta.json workspace of the directory")
+
+
+class ImportApi(APIView):
+    parser_classes = [JSONParser, MultiPartParser]
+
+    @extend_schema(request=ImportIn, responses={201: ImportOut, **ERRORS})
+    def post(self, request: Request, ws: str) -> Response:
+        access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        try:
+            if request.content_type.startswith("multipart/"):
+                upload = request.FILES.get("file")
+                if upload is None:
+                    raise InvalidInput("file: attach the directory as a zip in the field 'file'", field="file")
+                if upload.size is not None and upload.size > memdir_io.MAX_ZIP_BYTES:
+                    raise InvalidInput("file: larger than 20 MB", field="file")
+                files = memdir_io.memdir_files_from_zip(upload.read())
+            else:
+                files = memdir_io.memdir_files_from_json(request.data)
+            summary = memdir_io.memdir_import(workspace=access.workspace, files=files, actor=request.user)
+        except memdir_io.DirectoryInvalid as exc:
+            return error_response(exc.code, exc.problems_json(), status.HTTP_400_BAD_REQUEST, "files")
+        return Response(summary.as_json(), status=status.HTTP_201_CREATED)
