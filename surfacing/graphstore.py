@@ -23,7 +23,6 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Protocol, cast
 
 import numpy as np
@@ -210,7 +209,7 @@ def load_snapshot(workspace_id: int, generation: int) -> Subgraph:
 
 @dataclass
 class _Slot:
-    key: tuple[int, int, datetime] | None = None
+    key: tuple[int, int, object] | None = None
     subgraph: Subgraph | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -263,8 +262,13 @@ class SqlGraphStore:
             )
             return subgraph
 
-    def _version(self, workspace: Workspace) -> tuple[int, int, datetime] | None:
-        row = Workspace.objects.filter(pk=workspace.pk).values_list("graph_generation", "created_at").first()
+    def _version(self, workspace: Workspace) -> tuple[int, int, object] | None:
+        # Plain SQL: it runs on every call, and the ORM's query building costs more than the lookup.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT graph_generation, created_at FROM {Workspace._meta.db_table} WHERE id = %s", [workspace.pk]
+            )
+            row = cursor.fetchone()
         return None if row is None else (workspace.pk, int(row[0]), row[1])
 
     def neighbourhood(

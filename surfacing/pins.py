@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from memories.errors import Conflict
 from memories.models import Workspace
@@ -65,6 +65,13 @@ def _conflict(session_id: str, workspace: Workspace) -> Conflict:
         code=PIN_CONFLICT_CODE,
         field="session_id",
     )
+
+
+def _db_datetime(value: datetime) -> Any:
+    """A datetime as the backend stores it (SQLite: naive UTC text, compared as text)."""
+    if connection.vendor == "sqlite":
+        return connection.ops.adapt_datetimefield_value(value)
+    return value
 
 
 def _ttl() -> timedelta:
@@ -113,10 +120,17 @@ class DbPinStore:
         """One query: pins of a live session bound to this workspace (else nothing)."""
         if not session_id:
             return {}
-        rows = SessionPin.objects.filter(
-            session__session_id=session_id, session__workspace=workspace, session__expires_at__gt=now
-        ).values_list("memory_id", "weight")
-        return {mid: float(weight) for mid, weight in rows}
+        # Plain SQL: this runs on every router-mode context call, and building the ORM query costs more
+        # than running it.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT p.memory_id, p.weight FROM {SessionPin._meta.db_table} p "
+                f"JOIN {PinnedSession._meta.db_table} s ON s.id = p.session_id "
+                "WHERE s.session_id = %s AND s.workspace_id = %s AND s.expires_at > %s",
+                [session_id, workspace.pk, _db_datetime(now)],
+            )
+            rows = cursor.fetchall()
+        return {(m if isinstance(m, uuid.UUID) else uuid.UUID(m)): float(w) for m, w in rows}
 
     def ping(self) -> None:
         PinnedSession.objects.exists()

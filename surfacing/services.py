@@ -43,8 +43,8 @@ from memories.algorithms.activation import BOOST_CO_RETRIEVED, BOOST_DIRECT, BOO
 from memories.algorithms.entities import count_entities
 from memories.embeddings import default_embedder
 from memories.errors import InvalidInput
-from memories.models import AuditEntry, Memory, RetrievalSource, Workspace
-from memories.selectors import lexical_search, memories_by_ids
+from memories.models import AuditEntry, Memory, MemoryType, RetrievalSource, Workspace
+from memories.selectors import lexical_search
 from memories.signalbus import retrieval_signals
 from surfacing import selectors
 from surfacing.algorithms.anchors import anchor_drift_warnings
@@ -231,30 +231,53 @@ def _decide(query: str, mode: SurfacingMode, explicit: Strategy | None) -> Route
 
 @dataclass
 class _Candidates:
-    """Growing candidate table: memory id -> row in the arrays built at the end."""
+    """The candidate table, one entry per memory, in the order entries were added.
+
+    ``row`` indexes the loaded scoring data (search rows, then spread rows); ``node`` is the spread hit
+    that brought the memory in (-1 otherwise). Provenance is built only for the rows shown.
+    """
 
     ids: list[uuid.UUID]
     relevance: list[float]
-    provenance: list[dict[str, Any]]
-    row: dict[uuid.UUID, int]
+    kind: list[str]
+    node: list[int]
+    row: list[int]
+    at: dict[uuid.UUID, int]
 
     @classmethod
     def empty(cls) -> _Candidates:
-        return cls([], [], [], {})
+        return cls([], [], [], [], [], {})
 
-    def add(self, mid: uuid.UUID, relevance: float, provenance: dict[str, Any]) -> None:
-        at = self.row.get(mid)
+    def add(self, mid: uuid.UUID, relevance: float, kind: str, row: int, node: int = -1) -> None:
+        at = self.at.get(mid)
         if at is None:
-            self.row[mid] = len(self.ids)
+            self.at[mid] = len(self.ids)
             self.ids.append(mid)
             self.relevance.append(relevance)
-            self.provenance.append(provenance)
+            self.kind.append(kind)
+            self.node.append(node)
+            self.row.append(row)
         elif relevance > self.relevance[at]:
             self.relevance[at] = relevance
 
+    def force(self, mid: uuid.UUID, kind: str, relevance: float, row: int) -> None:
+        """Add or relabel a mandatory entry (pin, anchor): its provenance is why it is there."""
+        self.add(mid, relevance, kind, row)
+        self.kind[self.at[mid]] = kind
 
-def _provenance(kind: str, mid: uuid.UUID) -> dict[str, Any]:
-    return {"kind": kind, "seed": None, "edge_type": None, "hops": 0, "path": [str(mid)]}
+    def provenance(self, i: int, graph: _GraphResult) -> dict[str, Any]:
+        mid = self.ids[i]
+        node = self.node[i]
+        if self.kind[i] != "spread" or graph.subgraph is None or node < 0:
+            return {"kind": self.kind[i], "seed": None, "edge_type": None, "hops": 0, "path": [str(mid)]}
+        hit = graph.hits[node]
+        return {
+            "kind": "spread",
+            "seed": str(graph.subgraph.ids[hit.seed]),
+            "edge_type": hit.edge_type,
+            "hops": hit.hops,
+            "path": _spread_path(node, graph.hits, graph.subgraph),
+        }
 
 
 def _spread_path(node: int, hits: Mapping[int, SpreadHit], subgraph: Subgraph) -> list[str]:
@@ -284,30 +307,32 @@ def _search_candidates(
     cfg: SurfacingSettings,
     semantic: bool,
     extra_ids: Sequence[uuid.UUID],
+    anchors: bool,
     now: datetime,
 ) -> _Search:
     """Lexical hits fused with cosine over the hits and the recent pool; rows for ``extra_ids`` too."""
-    hits = lexical_search(workspace=workspace, query=query, limit=limit)
+    # Statuses are filtered by the row query below (skipping the full-text join is 2-3x cheaper), so a
+    # little more than `limit` is asked for to make up for archived hits.
+    hits = lexical_search(workspace=workspace, query=query, limit=limit + limit // 4 + 5, statuses=None)
     lexical_ids = [mid for mid, _ in hits]
-    raw = normalise_bm25([score for _, score in hits])
     dim = default_embedder().dim if semantic else None
     rows = selectors.candidate_rows(
         workspace=workspace,
         ids=[*lexical_ids, *extra_ids],
         recent=cfg.semantic_pool if semantic else 0,
+        anchors=anchors,
         embedding_dim=dim,
         now=now,
     )
-    lexical_of = dict(zip(lexical_ids, raw.tolist(), strict=True))
+    active_hits = [(mid, score) for mid, score in hits if mid in rows.position][:limit]
+    raw = normalise_bm25([score for _, score in active_hits])
+    lexical_of = dict(zip([mid for mid, _ in active_hits], raw.tolist(), strict=True))
     if semantic and rows.embeddings is not None and len(rows):
         query_vector = default_embedder().embed([query])[0]
         cosine_all = cosine_to_query(rows.embeddings, query_vector)
     else:
         cosine_all = np.zeros(len(rows))
-    ids: list[uuid.UUID] = []
-    for mid in lexical_ids:
-        if mid in rows.position:  # archived hits are not candidates
-            ids.append(mid)
+    ids = list(lexical_of)
     lexical_set = set(ids)
     if semantic:
         pool = [
@@ -465,7 +490,6 @@ def get_working_context(
     now = now or timezone.now()
     reasons = list(decision.reasons)
 
-    anchors = selectors.anchors_of(workspace=workspace)
     pins = selectors.session_pins(workspace=workspace, session_id=session, now=now) if router else {}
     semantic = router and strategy_used is not Strategy.FACTUAL_POINT_QUERY
     found = _search_candidates(
@@ -474,11 +498,12 @@ def get_working_context(
         limit=max(cfg.candidate_multiplier * k, k),
         cfg=cfg,
         semantic=semantic,
-        extra_ids=[*(a.id for a in anchors), *pins],
+        extra_ids=list(pins),
+        anchors=True,
         now=now,
     )
     rows = found.rows
-    anchor_ids = {a.id for a in anchors if a.id in rows.position}
+    anchor_ids = {mid for mid, kind in zip(rows.ids, rows.memory_type, strict=True) if kind == MemoryType.ANCHOR}
     if max_tokens is not None and anchor_ids:
         anchor_tokens = estimate_tokens_array([rows.chars[rows.position[a]] for a in anchor_ids])
         smallest = min_required_tokens(anchor_tokens, np.ones(len(anchor_tokens), dtype=np.bool_))
@@ -492,7 +517,7 @@ def get_working_context(
 
     cands = _Candidates.empty()
     for mid, rel, lex in zip(found.ids, found.relevance.tolist(), found.lexical.tolist(), strict=True):
-        cands.add(mid, rel, _provenance("lexical" if lex > 0.0 else "recent", mid))
+        cands.add(mid, rel, "lexical" if lex > 0.0 else "recent", rows.position[mid])
     if not found.ids:
         reasons.append("no_search_hits")
 
@@ -500,53 +525,35 @@ def get_working_context(
     if router and strategy_used is Strategy.DEEP_MULTI_HOP:
         graph = _graph_walk(workspace=workspace, seed_ids=found.ids[: cfg.graph_seeds], cfg=cfg)
         reasons.extend(graph.reasons)
-    spread_rows = _spread_rows(workspace, graph, rows, now)
-    if graph.subgraph is not None and graph.hits:
-        relevance_of_node = {
-            graph.subgraph.index[mid]: rel
-            for mid, rel in zip(found.ids[: cfg.graph_seeds], found.relevance.tolist(), strict=False)
-            if mid in graph.subgraph.index
-        }
-        for node, hit in graph.hits.items():
-            mid = graph.subgraph.ids[node]
-            if mid not in rows.position and mid not in spread_rows.position:
-                continue  # archived or deleted since the snapshot
-            propagated = hit.score * relevance_of_node.get(hit.seed, 0.0)
-            cands.add(
-                mid,
-                propagated,
-                {
-                    "kind": "spread",
-                    "seed": str(graph.subgraph.ids[hit.seed]),
-                    "edge_type": hit.edge_type,
-                    "hops": hit.hops,
-                    "path": _spread_path(node, graph.hits, graph.subgraph),
-                },
-            )
+    data = _add_spread(workspace, graph, found, cands, cfg, now)
     for pid in pins:
         if pid in rows.position:
-            cands.add(pid, 0.0, _provenance("pinned", pid))
-            cands.provenance[cands.row[pid]] = _provenance("pinned", pid)
+            cands.force(pid, "pinned", 0.0, rows.position[pid])
     for aid in anchor_ids:
-        cands.add(aid, 1.0, _provenance("anchor", aid))
-        cands.provenance[cands.row[aid]] = _provenance("anchor", aid)
+        cands.force(aid, "anchor", 1.0, rows.position[aid])
 
     n = len(cands.ids)
-
-    def column(values: Sequence[Any] | npt.NDArray[Any], extra: npt.NDArray[Any]) -> list[Any]:
-        return [values[rows.position[m]] if m in rows.position else extra[spread_rows.position[m]] for m in cands.ids]
-
-    activation = np.asarray(column(rows.activation, spread_rows.activation), dtype=np.float64)
-    age_hours = np.asarray(column(rows.age_hours, spread_rows.age_hours), dtype=np.float64)
-    chars = np.asarray(column(rows.chars, spread_rows.chars), dtype=np.int64)
+    data_rows = np.asarray(cands.row, dtype=np.int64)
+    activation = data.activation[data_rows]
+    age_hours = data.age_hours[data_rows]
+    chars = data.chars[data_rows]
     if graph.subgraph is not None and graph.centrality_scores:
-        nodes = np.fromiter((graph.subgraph.index.get(m, -1) for m in cands.ids), dtype=np.int64, count=n)
+        index = graph.subgraph.index
+        nodes = np.fromiter(
+            (node if node >= 0 else index.get(mid, -1) for mid, node in zip(cands.ids, cands.node, strict=True)),
+            dtype=np.int64,
+            count=n,
+        )
         centrality = candidate_centrality(graph.centrality_scores, nodes)
     else:
         centrality = np.zeros(n)
-    is_anchor = np.fromiter((m in anchor_ids for m in cands.ids), dtype=np.bool_, count=n)
-    is_pinned = np.fromiter((m in pins for m in cands.ids), dtype=np.bool_, count=n)
-    pin_weight = np.fromiter((pins.get(m, 0.0) for m in cands.ids), dtype=np.float64, count=n)
+    is_anchor = np.fromiter((kind == "anchor" for kind in cands.kind), dtype=np.bool_, count=n)
+    is_pinned = np.fromiter((kind == "pinned" for kind in cands.kind), dtype=np.bool_, count=n)
+    pin_weight = np.zeros(n)
+    for pid, weight in pins.items():
+        at = cands.at.get(pid)
+        if at is not None and cands.kind[at] == "pinned":
+            pin_weight[at] = weight
     scored = score_candidates(
         CandidateSignals(
             activation=activation,
@@ -581,7 +588,7 @@ def get_working_context(
             memory_type=details[cands.ids[r]].memory_type if cands.ids[r] in details else "",
             score=float(scored.composite[r]),
             score_breakdown=scored.breakdown(r),
-            provenance=cands.provenance[r],
+            provenance=cands.provenance(r, graph),
             tokens=int(tokens[r]),
         )
         for r in selected
@@ -607,16 +614,21 @@ def get_working_context(
                     score=float(scored.composite[r]),
                     rank=rank_of[r],
                     score_breakdown=breakdown,
-                    provenance=cands.provenance[r],
+                    provenance=cands.provenance(r, graph),
                     factor=factor,
                     detail=detail,
                 )
             )
 
     returned_ids = [item.id for item in items]
-    returned_anchors = [a for a in anchors if a.id in set(returned_ids)]
+    returned_anchors = [mid for mid in returned_ids if mid in anchor_ids]
     warnings = (
-        anchor_drift_warnings(selectors.anchors_info(workspace=workspace, anchors=returned_anchors), now)
+        anchor_drift_warnings(
+            selectors.anchors_info(
+                workspace=workspace, anchors=selectors.anchor_rows(workspace=workspace, ids=returned_anchors)
+            ),
+            now,
+        )
         if returned_anchors
         else []
     )
@@ -652,14 +664,45 @@ def get_working_context(
     )
 
 
-def _spread_rows(
-    workspace: Workspace, graph: _GraphResult, rows: selectors.CandidateRows, now: datetime
+def _add_spread(
+    workspace: Workspace,
+    graph: _GraphResult,
+    found: _Search,
+    cands: _Candidates,
+    cfg: SurfacingSettings,
+    now: datetime,
 ) -> selectors.CandidateRows:
-    """Rows of memories reached by spreading that the search did not already load."""
+    """Add the memories reached by spreading to ``cands``; return the scoring data of every candidate.
+
+    Relevance of a reached memory: ``hit.score * relevance(seed)`` (= damping ** hops times the seed's),
+    or its own search relevance when that is higher. Rows not loaded by the search come from one query;
+    memories archived since the snapshot drop out there.
+    """
+    rows = found.rows
     if graph.subgraph is None or not graph.hits:
-        return selectors.candidate_rows(workspace=workspace, ids=(), now=now)
-    missing = [graph.subgraph.ids[node] for node in graph.hits if graph.subgraph.ids[node] not in rows.position]
-    return selectors.candidate_rows(workspace=workspace, ids=missing, now=now)
+        return rows
+    subgraph = graph.subgraph
+    seed_relevance = {
+        subgraph.index[mid]: rel
+        for mid, rel in zip(found.ids[: cfg.graph_seeds], found.relevance.tolist(), strict=False)
+        if mid in subgraph.index
+    }
+    missing: list[tuple[int, uuid.UUID, float]] = []
+    for node, hit in graph.hits.items():
+        mid = subgraph.ids[node]
+        propagated = hit.score * seed_relevance.get(hit.seed, 0.0)
+        row = rows.position.get(mid)
+        if row is None:
+            missing.append((node, mid, propagated))
+        else:
+            cands.add(mid, propagated, "spread", row, node)
+    extra = selectors.candidate_rows(workspace=workspace, ids=[mid for _, mid, _ in missing], now=now)
+    offset = len(rows)
+    for node, mid, propagated in missing:
+        row = extra.position.get(mid)
+        if row is not None:
+            cands.add(mid, propagated, "spread", offset + row, node)
+    return rows.concat(extra)
 
 
 # -- search -----------------------------------------------------------------------------------------
@@ -682,10 +725,11 @@ def search(workspace: Workspace, query: str, k: int = 10, *, record: bool = True
         cfg=cfg,
         semantic=True,
         extra_ids=(),
+        anchors=False,
         now=now,
     )
     top = found.ids[:k]
-    memories = memories_by_ids(workspace=workspace, ids=top)
+    memories = selectors.memories_in_workspace(workspace=workspace, ids=top)
     hits = [
         SearchHit(memories[m], float(s)) for m, s in zip(top, found.relevance.tolist(), strict=False) if m in memories
     ]

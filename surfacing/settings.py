@@ -63,7 +63,7 @@ class SurfacingSettings:
     anchor_boost: float = 1.0
     lexical_weight: float = DEFAULT_LEXICAL_WEIGHT
     candidate_multiplier: int = 5
-    semantic_pool: int = 200
+    semantic_pool: int = 100
     semantic_min_similarity: float = 0.25
     graph_seeds: int = 5
     spread_enabled: bool = True
@@ -72,7 +72,7 @@ class SurfacingSettings:
     spread_damping: float = 0.5
     ppr_enabled: bool = True
     ppr_alpha: float = 0.85
-    ppr_epsilon: float = 1e-5
+    ppr_epsilon: float = 3e-5
     ppr_max_pushes: int = 50_000
     ppr_top_k: int = 100
     ppr_undirected: bool = True
