@@ -1,0 +1,320 @@
+"""Surfacing benchmark: get_working_context per strategy, in process and over HTTP, and PPR vs networkx.
+
+On a generated workspace of 100k memories and 1M edges on SQLite (bench/surfacing_data.py; built once
+into var/bench/surfacing.sqlite3 and reused, --fresh rebuilds it), this prints:
+
+- graph snapshot build time (the first deep query after an edge write pays it);
+- p50/p95 of get_working_context per strategy in process (router mode with an explicit strategy, plus
+  legacy mode), recording boosts as a real call does (the bus is flushed between queries, untimed);
+- the same over HTTP against a daphne server on 127.0.0.1 (token auth, one keep-alive connection);
+- PPR forward push (the service's settings) vs networkx.pagerank with the same personalisation on the
+  same 1M-edge graph, as a speed ratio, and the L1 distance of the two on a 10k-node graph.
+
+Targets (issue 3): fast:recency p50 <= 25 ms; deep:multi-hop p50 <= 80 ms and p95 <= 150 ms;
+PPR >= 50x networkx; L1 <= 1e-4 on <= 10k nodes.
+
+    make bench-surfacing            # or: .venv/bin/python bench/bench_surfacing.py [--fresh] [--runs 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _setup import BENCH_DIR, ROOT, django_setup, percentile
+
+DB_NAME = "surfacing.sqlite3"
+SIDECAR = BENCH_DIR / "surfacing.json"
+TARGETS = {"fast:recency": (25.0, None), "deep:multi-hop": (80.0, 150.0)}
+
+
+def _queries(topics: list[list[str]], vocabulary: list[str], runs: int, seed: int = 11) -> dict[str, list[str]]:
+    """Queries as agents write them, built from the generated topics so they hit real clusters."""
+    rng = random.Random(seed)
+    picks = [rng.choice(topics) for _ in range(runs)]
+    common = vocabulary[40:400]
+    return {
+        "fast:recency": [f"latest {t[0]} {t[1]} {rng.choice(common)}" for t in picks],
+        "factual:point-query": [f"{t[0]}s" for t in picks],
+        "deep:multi-hop": [f"why did the {t[0]} {t[2]} {rng.choice(common)} change" for t in picks],
+        "legacy": [f"{t[1]} {t[0]} {rng.choice(common)}" for t in picks],
+    }
+
+
+def _ensure_workspace(args: argparse.Namespace) -> dict[str, Any]:
+    from memories.models import Edge, Memory, Workspace
+
+    workspace = Workspace.objects.filter(slug="bench").first()
+    if (
+        not args.fresh
+        and workspace is not None
+        and SIDECAR.exists()
+        and Memory.objects.filter(workspace=workspace).count() == args.memories
+    ):
+        meta: dict[str, Any] = json.loads(SIDECAR.read_text())
+        meta["edges"] = Edge.objects.filter(workspace=workspace).count()
+        print(f"reusing workspace 'bench': {args.memories:,} memories, {meta['edges']:,} edges ({DB_NAME})")
+        return meta
+    from surfacing_data import generate
+
+    generated = generate(n_memories=args.memories, n_edges=args.edges)
+    meta = {"topics": generated.topic_words, "vocabulary": generated.vocabulary, "edges": generated.edges}
+    SIDECAR.write_text(json.dumps(meta))
+    return meta
+
+
+def _timed(fn: Any, cpu: list[float] | None = None) -> float:
+    started, thread = time.perf_counter(), time.thread_time()
+    fn()
+    if cpu is not None:
+        cpu.append((time.thread_time() - thread) * 1000.0)
+    return (time.perf_counter() - started) * 1000.0
+
+
+def _report(label: str, strategy: str, times: list[float], cpu: list[float] | None = None) -> str:
+    p50, p95 = percentile(times, 50), percentile(times, 95)
+    cpu_note = f"  [CPU p50 {percentile(cpu, 50):6.1f} ms]" if cpu else ""
+    target = TARGETS.get(strategy)
+    verdict = ""
+    if target is not None:
+        ok = p50 <= target[0] and (target[1] is None or p95 <= target[1])
+        limits = f"p50 <= {target[0]:.0f}" + (f", p95 <= {target[1]:.0f}" if target[1] else "")
+        verdict = f"  target {limits}: {'met' if ok else 'MISSED'}"
+    return f"  {label:<10} {strategy:<20} p50 {p50:7.1f} ms  p95 {p95:7.1f} ms  (n={len(times)}){cpu_note}{verdict}"
+
+
+def bench_in_process(workspace: Any, queries: dict[str, list[str]]) -> dict[str, tuple[list[float], list[float]]]:
+    from memories.signalbus import signal_bus
+    from surfacing.services import get_working_context
+
+    results: dict[str, tuple[list[float], list[float]]] = {}
+    bus = signal_bus()
+    for strategy, texts in queries.items():
+        mode = "legacy" if strategy == "legacy" else "router"
+        explicit = None if strategy == "legacy" else strategy
+        # One untimed call warms the SQLite page cache for this query shape.
+        get_working_context(workspace, "bench", texts[0], k=20, strategy=explicit, mode=mode)
+        bus.flush()
+        times: list[float] = []
+        cpu: list[float] = []
+        for text in texts:
+
+            def call(t: str = text, s: str | None = explicit, m: str = mode) -> None:
+                get_working_context(workspace, "bench", t, k=20, strategy=s, mode=m)
+
+            times.append(_timed(call, cpu))
+            bus.flush()
+        results[strategy] = (times, cpu)
+    return results
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bench_http(db_path: Path, token: str, queries: dict[str, list[str]]) -> dict[str, list[float]]:
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{db_path}",
+        "DJANGO_SETTINGS_MODULE": "smartmemory_site.settings",
+        "LOG_LEVEL": "WARNING",
+    }
+    server = subprocess.Popen(
+        [
+            str(ROOT / ".venv" / "bin" / "daphne"),
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "smartmemory_site.asgi:application",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("daphne did not start") from None
+                time.sleep(0.2)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+
+        def post(body: dict[str, Any]) -> None:
+            conn.request("POST", "/api/v1/workspaces/bench/context/", json.dumps(body), headers)
+            response = conn.getresponse()
+            payload = response.read()
+            if response.status != 200:
+                raise RuntimeError(f"HTTP {response.status}: {payload[:300]!r}")
+
+        results: dict[str, list[float]] = {}
+        for strategy, texts in queries.items():
+            base: dict[str, Any] = {"session_id": "bench-http", "k": 20}
+            base.update({"mode": "legacy"} if strategy == "legacy" else {"mode": "router", "strategy": strategy})
+            post({**base, "query": texts[0]})  # warms the server's graph snapshot and caches
+            results[strategy] = [_timed(lambda t=text, b=base: post({**b, "query": t})) for text in texts]
+        conn.close()
+        return results
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def bench_ppr(snapshot: Any, runs: int) -> list[str]:
+    import networkx as nx
+    import numpy as np
+
+    from surfacing.algorithms.graph import build_csr
+    from surfacing.algorithms.ppr import ppr_power, ppr_push
+    from surfacing.settings import SurfacingSettings
+
+    cfg = SurfacingSettings()
+    csr = snapshot.csr
+    rng = np.random.default_rng(5)
+    lines = []
+
+    def to_networkx(graph: Any) -> Any:
+        g = nx.DiGraph()
+        g.add_nodes_from(range(graph.n_nodes))
+        src = np.repeat(np.arange(graph.n_nodes), np.diff(graph.indptr))
+        # networkx keeps one edge per pair; the bench graph has a few parallel typed edges, so merge
+        # them the same way for both sides (summed weights).
+        pairs: dict[tuple[int, int], float] = {}
+        for u, v, w in zip(src.tolist(), graph.indices.tolist(), graph.weights.tolist(), strict=True):
+            pairs[(u, v)] = pairs.get((u, v), 0.0) + w
+        g.add_weighted_edges_from((u, v, w) for (u, v), w in pairs.items())
+        return g, pairs
+
+    # Speed: directed PPR on the full 1M-edge graph, the same seeds for both.
+    started = time.perf_counter()
+    g, pairs = to_networkx(csr)
+    merged = build_csr(
+        csr.n_nodes,
+        np.fromiter((u for u, _ in pairs), np.int64, len(pairs)),
+        np.fromiter((v for _, v in pairs), np.int64, len(pairs)),
+        np.fromiter(pairs.values(), np.float64, len(pairs)),
+        np.zeros(len(pairs), np.int8),
+    )
+    print(f"  (networkx graph built in {time.perf_counter() - started:.1f} s, untimed)")
+    seeds = [int(s) for s in rng.choice(csr.n_nodes, size=cfg.graph_seeds, replace=False)]
+    started = time.perf_counter()
+    nx_scores = nx.pagerank(g, alpha=cfg.ppr_alpha, personalization=dict.fromkeys(seeds, 1.0), weight="weight")
+    nx_seconds = time.perf_counter() - started
+    for epsilon in (cfg.ppr_epsilon, 1e-6):
+        push_times = []
+        result = None
+        for _ in range(runs):
+            started = time.perf_counter()
+            result = ppr_push(merged, seeds, alpha=cfg.ppr_alpha, epsilon=epsilon, max_pushes=10_000_000)
+            push_times.append(time.perf_counter() - started)
+        assert result is not None
+        push = float(np.median(push_times))
+        exact = np.fromiter((nx_scores[i] for i in range(csr.n_nodes)), np.float64, csr.n_nodes)
+        estimate = np.zeros(csr.n_nodes)
+        for node, value in result.scores.items():
+            estimate[node] = value
+        top = set(np.argsort(-exact)[:100].tolist())
+        overlap = len(top & set(np.argsort(-estimate)[:100].tolist()))
+        lines.append(
+            f"  PPR {csr.n_nodes:,} nodes / {merged.n_edges:,} edges: networkx.pagerank {nx_seconds * 1000:,.0f} ms, "
+            f"ppr_push(epsilon={epsilon:g}) {push * 1000:.1f} ms -> {nx_seconds / push:,.0f}x faster "
+            f"(target >= 50x); L1 {np.abs(exact - estimate).sum():.2e}, top-100 overlap {overlap}/100"
+        )
+
+    # Agreement: a 10k-node induced subgraph (the first 10k node indices), exact tolerance on both sides.
+    keep = 10_000
+    sub_pairs = {(u, v): w for (u, v), w in pairs.items() if u < keep and v < keep}
+    sub = build_csr(
+        keep,
+        np.fromiter((u for u, _ in sub_pairs), np.int64, len(sub_pairs)),
+        np.fromiter((v for _, v in sub_pairs), np.int64, len(sub_pairs)),
+        np.fromiter(sub_pairs.values(), np.float64, len(sub_pairs)),
+        np.zeros(len(sub_pairs), np.int8),
+    )
+    gs = nx.DiGraph()
+    gs.add_nodes_from(range(keep))
+    gs.add_weighted_edges_from((u, v, w) for (u, v), w in sub_pairs.items())
+    seeds = [int(s) for s in rng.choice(keep, size=cfg.graph_seeds, replace=False)]
+    exact_nx = nx.pagerank(
+        gs, alpha=cfg.ppr_alpha, personalization=dict.fromkeys(seeds, 1.0), weight="weight", tol=1e-12, max_iter=1000
+    )
+    exact = np.fromiter((exact_nx[i] for i in range(keep)), np.float64, keep)
+    result = ppr_push(sub, seeds, alpha=cfg.ppr_alpha, epsilon=1e-9, max_pushes=50_000_000)
+    estimate = np.zeros(keep)
+    for node, value in result.scores.items():
+        estimate[node] = value
+    power = ppr_power(sub, seeds, alpha=cfg.ppr_alpha, tol=1e-12, max_iter=1000)
+    lines.append(
+        f"  PPR agreement on {keep:,} nodes / {sub.n_edges:,} edges: L1(push eps=1e-9, networkx tol=1e-12) = "
+        f"{np.abs(exact - estimate).sum():.2e} (target <= 1e-4); L1(power iteration, networkx) = "
+        f"{np.abs(exact - power).sum():.2e}"
+    )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--edges", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=60, help="queries per strategy")
+    parser.add_argument("--fresh", action="store_true", help="regenerate the workspace")
+    parser.add_argument("--skip-http", action="store_true")
+    parser.add_argument("--skip-ppr", action="store_true")
+    args = parser.parse_args()
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    db_path = django_setup(DB_NAME, fresh=args.fresh)
+    from rest_framework.authtoken.models import Token
+
+    from memories.models import Workspace
+    from surfacing.graphstore import graph_store
+
+    meta = _ensure_workspace(args)
+    workspace = Workspace.objects.get(slug="bench")
+    queries = _queries(meta["topics"], meta["vocabulary"], args.runs)
+
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    started, cpu = time.perf_counter(), time.process_time()
+    snapshot = graph_store().neighbourhood(workspace, [], hops=2, max_nodes=0)
+    print(
+        f"graph snapshot: {snapshot.csr.n_nodes:,} nodes, {snapshot.csr.n_edges:,} edges built in "
+        f"{time.perf_counter() - started:.2f} s wall, {time.process_time() - cpu:.2f} s CPU"
+    )
+
+    print("get_working_context, k=20 (router mode with the strategy given; legacy = mode legacy):")
+    for strategy, (times, cpu) in bench_in_process(workspace, queries).items():
+        print(_report("in-process", strategy, times, cpu))
+    if not args.skip_http:
+        user = workspace.memberships.get(role="owner").user
+        token, _ = Token.objects.get_or_create(user=user)
+        for strategy, times in bench_http(db_path, token.key, queries).items():
+            print(_report("HTTP", strategy, times))
+    if not args.skip_ppr:
+        print("PPR alone:")
+        for line in bench_ppr(snapshot, runs=5):
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
