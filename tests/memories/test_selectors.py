@@ -21,6 +21,8 @@ from memories.selectors import MemoryFilters
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+# Fixed, so parametrized test ids are the same in every pytest-xdist worker.
+SOME_ID = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 
 
 # -- access ---------------------------------------------------------------------------------------
@@ -225,11 +227,11 @@ def encoded(value: Any) -> str:
         "%%%",
         encoded(5),
         encoded(["ab"]),
-        encoded(["-created", {"dt": "not a date"}, uuid.uuid4().hex]),
-        encoded(["-created", 1.5, uuid.uuid4().hex]),
-        encoded(["-created", {"x": 1}, uuid.uuid4().hex]),
-        encoded(["activation", "high", uuid.uuid4().hex]),
-        encoded(["-created", None, uuid.uuid4().hex]),
+        encoded(["-created", {"dt": "not a date"}, SOME_ID]),
+        encoded(["-created", 1.5, SOME_ID]),
+        encoded(["-created", {"x": 1}, SOME_ID]),
+        encoded(["activation", "high", SOME_ID]),
+        encoded(["-created", None, SOME_ID]),
         encoded(["-created", {"dt": T0.isoformat()}, "not-a-uuid"]),
     ],
 )
