@@ -42,9 +42,7 @@ class WorkspaceAccess:
         return self.role == Role.OWNER
 
 
-def workspace_access(
-    *, user: AbstractBaseUser | AnonymousUser, slug: str, require: Access = "view"
-) -> WorkspaceAccess:
+def workspace_access(*, user: AbstractBaseUser | AnonymousUser, slug: str, require: Access = "view") -> WorkspaceAccess:
     """Return the workspace and the user's role; a non-member gets NotFound, never a hint it exists."""
     if not user.is_authenticated:
         raise NotFound(f"workspace {slug!r} not found", field="workspace")
@@ -58,8 +56,7 @@ def workspace_access(
         raise NotFound(f"workspace {slug!r} not found", field="workspace")
     if membership.role not in _ROLES_FOR[require]:
         raise Forbidden(
-            f"your role in workspace {slug!r} is {membership.role}; this needs "
-            + " or ".join(_ROLES_FOR[require]),
+            f"your role in workspace {slug!r} is {membership.role}; this needs " + " or ".join(_ROLES_FOR[require]),
             field="workspace",
         )
     return WorkspaceAccess(workspace=membership.workspace, role=membership.role)
@@ -69,9 +66,7 @@ def workspace_list_for_user(*, user: AbstractBaseUser | AnonymousUser) -> list[W
     if not user.is_authenticated:
         return []
     memberships = Membership.objects.filter(user_id=user.pk).select_related("workspace")
-    return [
-        WorkspaceAccess(workspace=m.workspace, role=m.role) for m in memberships.order_by("workspace__slug")
-    ]
+    return [WorkspaceAccess(workspace=m.workspace, role=m.role) for m in memberships.order_by("workspace__slug")]
 
 
 def parse_memory_id(value: object, *, field: str = "id") -> uuid.UUID:
@@ -311,9 +306,7 @@ def memory_list(
     Rows whose sort column is NULL (never accessed) sort last in both directions and are paged by id.
     """
     if ordering not in ORDERINGS:
-        raise InvalidInput(
-            f"ordering: {ordering!r} is not one of {', '.join(sorted(ORDERINGS))}", field="ordering"
-        )
+        raise InvalidInput(f"ordering: {ordering!r} is not one of {', '.join(sorted(ORDERINGS))}", field="ordering")
     if not 1 <= limit <= 500:
         raise InvalidInput("limit: must be between 1 and 500", field="limit")
     column, desc = ORDERINGS[ordering]

@@ -19,9 +19,7 @@ class Command(BaseCommand):
         try:
             user = User.objects.get(username=options["username"])
         except User.DoesNotExist:
-            raise CommandError(
-                f"no user named {options['username']!r}; create it with createsuperuser"
-            ) from None
+            raise CommandError(f"no user named {options['username']!r}; create it with createsuperuser") from None
         if options["rotate"]:
             Token.objects.filter(user=user).delete()
         token, created = Token.objects.get_or_create(user=user)
