@@ -6,14 +6,16 @@ pure algorithms as plain columns; everything is scoped to one workspace.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from django.db.models import CharField, Count, FloatField, Func, Max, Q, Sum
+from django.db.models import CharField, Count, FloatField, Func, Max, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
+from django.db.models.sql.constants import MULTI
 
 from evolution.models import EvolutionRecord, EvolutionRun, RecordLink, RunStatus
 from memories.errors import InvalidInput, NotFound
@@ -77,6 +79,21 @@ class IdText(Func):
 _HEX_GROUPS = ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))
 
 
+def _raw_rows(queryset: QuerySet[Any, Any]) -> list[tuple[Any, ...]]:
+    """Rows of a values_list query as the driver returns them, without Django's per-value converters.
+
+    Used for whole-workspace reads whose columns are already plain: floats, integers, text (ids via
+    IdText, JSON as text, decoded here by the caller), bytes. Booleans come back as 0/1 on SQLite.
+    Django 5.2 selects values_list columns in the order given, so rows need no reordering.
+    """
+    compiler = queryset.query.get_compiler(using=queryset.db)
+    return [row for chunk in compiler.execute_sql(MULTI) for row in chunk]
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
 # -- evolver cursors --------------------------------------------------------------------------------
 
 
@@ -113,12 +130,15 @@ def evolver_cursor(*, workspace: Workspace, name: str) -> EvolverCursor:
 def working_buffer(*, workspace: Workspace) -> list[tuple[str, str, float, str, list[str], float]]:
     """Active working memories: (id, content, created_at epoch seconds, subject, tags, confidence), oldest
     first."""
-    rows = (
+    rows = _raw_rows(
         Memory.objects.filter(workspace=workspace, memory_type=MemoryType.WORKING, status=Status.ACTIVE)
         .order_by("created_at", "id")
         .values_list(IdText("id"), "content", EpochSeconds("created_at"), "subject", "tags", "confidence")
     )
-    return list(rows)
+    return [
+        (mid, content, created, subject, _json(tags), confidence)
+        for mid, content, created, subject, tags, confidence in rows
+    ]
 
 
 def decay_rows(
@@ -126,7 +146,7 @@ def decay_rows(
 ) -> list[tuple[str, float, float, float | None, float | None, float, bool]]:
     """Active memories of `memory_types`: (id, retention, stability, last_accessed, valid_from, created_at,
     pinned), times as epoch seconds."""
-    rows = Memory.objects.filter(
+    queryset = Memory.objects.filter(
         workspace=workspace, status=Status.ACTIVE, memory_type__in=list(memory_types)
     ).values_list(
         IdText("id"),
@@ -137,7 +157,7 @@ def decay_rows(
         EpochSeconds("created_at"),
         "pinned",
     )
-    return list(rows)
+    return [(*row[:6], bool(row[6])) for row in _raw_rows(queryset)]
 
 
 def embedding_rows(*, workspace: Workspace) -> list[tuple[str, float, bytes, str | None]]:
@@ -148,7 +168,7 @@ def embedding_rows(*, workspace: Workspace) -> list[tuple[str, float, bytes, str
         # KT: the marker as text, without decoding a JSON value per row.
         .values_list(IdText("id"), "retention_score", "embedding", KT(f"metadata__{INTERFERENCE_MARKER}"))
     )
-    return [(mid, ret, bytes(blob), marker) for mid, ret, blob, marker in rows]
+    return [(mid, ret, bytes(blob), marker) for mid, ret, blob, marker in _raw_rows(rows)]
 
 
 def retention_rows(*, workspace: Workspace) -> list[tuple[str, float, float, dict[str, Any]]]:
@@ -156,12 +176,12 @@ def retention_rows(*, workspace: Workspace) -> list[tuple[str, float, float, dic
     rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE).values_list(
         IdText("id"), "retention_score", EpochSeconds("created_at"), "retrieval_profile"
     )
-    return list(rows)
+    return [(mid, ret, created, _json(profile)) for mid, ret, created, profile in _raw_rows(rows)]
 
 
 def active_retention(*, workspace: Workspace) -> list[tuple[str, float]]:
     rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE).values_list(IdText("id"), "retention_score")
-    return list(rows)
+    return _raw_rows(rows)
 
 
 def metadata_of(*, workspace: Workspace, ids: Sequence[K]) -> dict[K, dict[str, Any]]:
@@ -173,7 +193,7 @@ def metadata_of(*, workspace: Workspace, ids: Sequence[K]) -> dict[K, dict[str, 
         rows = Memory.objects.filter(workspace=workspace, id__in=keys[start : start + _IN_CHUNK]).values_list(
             IdText("id"), "metadata"
         )
-        found.update((wanted[key], metadata) for key, metadata in rows)
+        found.update((wanted[key], _json(metadata)) for key, metadata in _raw_rows(rows))
     return found
 
 
@@ -213,7 +233,7 @@ def retrieval_aggregates(
     )
     return [
         RetrievalAggregate(mid, total, search, int(rank_sum or 0), top1, short, lookback, last)
-        for mid, total, search, rank_sum, top1, short, lookback, last in rows
+        for mid, total, search, rank_sum, top1, short, lookback, last in _raw_rows(rows)
     ]
 
 
@@ -230,8 +250,7 @@ def used_result_sets(*, workspace: Workspace, after_event_id: int) -> tuple[list
     used = newer.filter(id__lte=last_id, source__in=USED_SOURCES)
     times = dict(used.values(rs=IdText("result_set")).annotate(at=Max("created_at")).values_list("rs", "at"))
     members: dict[str, list[str]] = {}
-    rows = used.order_by("id").values_list(IdText("result_set"), IdText("memory_id"))
-    for result_set, memory_id in rows.iterator(chunk_size=5000):
+    for result_set, memory_id in _raw_rows(used.order_by("id").values_list(IdText("result_set"), IdText("memory_id"))):
         members.setdefault(result_set, []).append(memory_id)
     return [(key, ids, times[key]) for key, ids in members.items()], int(last_id)
 
@@ -243,7 +262,7 @@ def co_retrieved_edges(*, workspace: Workspace) -> list[tuple[int, str, str, int
         .order_by("id")
         .values_list("id", IdText("source_id"), IdText("target_id"), "co_retrieval_count")
     )
-    return list(rows)
+    return _raw_rows(rows)
 
 
 def co_retrieved_created(*, workspace: Workspace, at: datetime) -> list[tuple[int, str, str]]:

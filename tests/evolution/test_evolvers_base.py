@@ -94,6 +94,7 @@ def test_update_records_chunk_and_encode(workspace: Workspace) -> None:
 
 
 @pytest.mark.django_db
+@pytest.mark.api
 def test_write_rows_stores_what_a_model_save_would(workspace: Workspace) -> None:
     m = Memory.objects.create(workspace=workspace, content="x")
     when = datetime(2025, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
@@ -109,6 +110,7 @@ def test_write_rows_stores_what_a_model_save_would(workspace: Workspace) -> None
 
 
 @pytest.mark.django_db
+@pytest.mark.api
 def test_insert_rows_and_save_records_link_every_memory(workspace: Workspace) -> None:
     a = Memory.objects.create(workspace=workspace, content="a")
     b = Memory.objects.create(workspace=workspace, content="b")

@@ -1,0 +1,81 @@
+"""Whole-workspace reads for the evolvers: ids and epochs from the database, raw rows, cursors."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from evolution import selectors
+from evolution.models import EvolutionRun, RunStatus
+from memories.models import Memory
+
+pytestmark = [pytest.mark.django_db, pytest.mark.api]
+
+
+def test_id_text_and_epoch_seconds_match_python(kit: Any) -> None:
+    m = kit.mem("x", age_days=3.25, last_accessed=kit.NOW - timedelta(hours=5, microseconds=1500))
+    ((mid, created, accessed),) = Memory.objects.filter(id=m.id).values_list(
+        selectors.IdText("id"), selectors.EpochSeconds("created_at"), selectors.EpochSeconds("last_accessed")
+    )
+    assert mid == str(m.id)
+    assert created == pytest.approx(m.created_at.timestamp(), abs=1e-3)
+    assert accessed == pytest.approx(m.last_accessed.timestamp(), abs=2e-3)
+
+
+def test_raw_rows_keep_the_requested_column_order(kit: Any) -> None:
+    kit.mem("x", retention_score=0.25, metadata={"k": [1, 2]})
+    query = Memory.objects.values_list("retention_score", selectors.IdText("id"), "content", "metadata")
+    (raw,) = selectors._raw_rows(query)
+    (converted,) = list(query)
+    assert raw[:3] == converted[:3]
+    assert selectors._json(raw[3]) == converted[3] == {"k": [1, 2]}
+
+
+def test_decay_rows_and_retention_rows_are_plain_values(kit: Any) -> None:
+    m = kit.mem("e", memory_type="episodic", pinned=True, stability=12.0, retrieval_profile={"total_count": 2})
+    kit.mem("archived", memory_type="episodic", status="archived")
+    ((mid, retention, stability, accessed, event, created, pinned),) = selectors.decay_rows(
+        workspace=kit.workspace, memory_types=["episodic"]
+    )
+    assert (mid, retention, stability, accessed, event, pinned) == (str(m.id), 1.0, 12.0, None, None, True)
+    assert created == pytest.approx(m.created_at.timestamp(), abs=1e-3)
+    rows = {row[0]: row for row in selectors.retention_rows(workspace=kit.workspace)}
+    assert rows[str(m.id)][3] == {"total_count": 2}
+
+
+def test_metadata_of_answers_in_the_id_form_it_was_asked_in(kit: Any) -> None:
+    m = kit.mem("x", metadata={"a": 1})
+    assert selectors.metadata_of(workspace=kit.workspace, ids=[m.id]) == {m.id: {"a": 1}}
+    assert selectors.metadata_of(workspace=kit.workspace, ids=[str(m.id)]) == {str(m.id): {"a": 1}}
+
+
+def test_evolver_cursor_skips_dry_reverted_and_failed_runs(kit: Any) -> None:
+    def run(minutes: int, *, dry: bool = False, status: str = RunStatus.COMPLETED, ok: bool = True) -> None:
+        EvolutionRun.objects.create(
+            workspace=kit.workspace,
+            dry_run=dry,
+            status=status,
+            started_at=kit.NOW + timedelta(minutes=minutes),
+            summary={"evolvers": [{"name": "E", "status": "ok" if ok else "failed", "state": {"n": minutes}}]},
+        )
+
+    assert selectors.evolver_cursor(workspace=kit.workspace, name="E").state == {}
+    run(1)
+    run(2, dry=True)
+    run(3, status=RunStatus.REVERTED)
+    run(4, ok=False)
+    cursor = selectors.evolver_cursor(workspace=kit.workspace, name="E")
+    assert cursor.state == {"n": 1}
+    assert cursor.ran_at == kit.NOW + timedelta(minutes=1)
+
+
+def test_used_result_sets_skip_inspector_reads_but_move_the_watermark_past_them(kit: Any) -> None:
+    a, b = kit.mem("a"), kit.mem("b")
+    used = kit.retrieve([a, b], age_days=1)
+    kit.retrieve([a, b], source="inspector")
+    sets, last = selectors.used_result_sets(workspace=kit.workspace, after_event_id=0)
+    assert [(key, members) for key, members, _ in sets] == [(str(used), [str(a.id), str(b.id)])]
+    assert sets[0][2] == kit.NOW - timedelta(days=1)
+    assert selectors.used_result_sets(workspace=kit.workspace, after_event_id=last) == ([], last)
