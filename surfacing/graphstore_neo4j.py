@@ -1,23 +1,30 @@
 """GraphStore over Bolt (``GRAPH_BACKEND=neo4j``): Neo4j 5, or FalkorDB's Bolt listener in the tests.
 
 Graph model: one node per memory that has edges, ``(:Memory {id, ws, g})``, and one relationship per
-database edge, ``(a)-[:EDGE {type, w, g}]->(b)``. ``id`` is the memory UUID as 32 lowercase hex digits,
-``ws`` the workspace key (``<namespace><workspace pk>``, a string), ``type`` the edge-type name, ``w`` the
-weight and ``g`` the time of the last write in epoch milliseconds (a sync deletes what it did not touch).
+database edge, ``(a)-[:EDGE {type, w, wk, g}]->(b)``. ``id`` is the memory UUID as 32 lowercase hex
+digits, ``ws`` the workspace key (``<namespace><workspace pk>``, a string), ``type`` the edge-type name,
+``w`` the weight, ``wk`` the same weight and type packed in one integer (``micro_weight * 64 + type
+code``, what the expansion query returns) and ``g`` the time of the last write in epoch milliseconds
+(a sync deletes what it did not touch).
 The edge type is a property of a single relationship type rather than a relationship type per edge type:
 one parameterised MERGE then covers every type (Cypher cannot parameterise relationship types), and
 the expansion query reads every type in one pattern. ``(source, target, type)`` is unique, as in SQL.
 
 Neighbourhood (``neighbourhood``): breadth-first frontier expansion, one query per chunk of frontier
 ids per hop, each returning per expanded node its ``max_neighbours`` heaviest incident edges (ties: lower
-neighbour id) as flat lists. New nodes enter hop by hop, heaviest connecting edge first (ties: lower
-id), until ``max_nodes``. Nodes are numbered in UUID order like the SQL snapshot, so the algorithms'
-"lower node index wins a tie" picks the same neighbour on both backends. Every node expanded (hop <
-``hops``) brings its full adjacency (up to the cap), so spreading to depth ``hops`` sees exactly what
-it sees on the whole graph; PPR runs on the neighbourhood, an approximation of PPR on the whole
-graph whenever mass could leave it. Seeds are always nodes (isolated when they have no edges), as
-every memory is a node of the SQL snapshot. Measured against a variable-length-path query
-(``(s)-[:EDGE*0..h-1]-(a)-[e]-(b)``, one round trip): see ``bench/bench_graphstore_neo4j.py``.
+neighbour id) as two flat lists (neighbour ids; packed weight, type and direction). New nodes enter hop
+by hop until ``max_nodes`` (rank first when they do not all fit; see ``neighbourhood``), and only
+admitted nodes are expanded, so the work is bounded whatever the hubs. Nodes are numbered in UUID
+order like the SQL snapshot, so the algorithms' "lower node index wins a tie" picks the same
+neighbour on both backends. Every node expanded (hop < ``hops``) brings its full adjacency (up to the
+cap), so spreading to depth ``hops`` sees exactly what it sees on the whole graph; PPR runs on the
+neighbourhood, an approximation of PPR on the whole graph whenever mass could leave it. Seeds are
+always nodes (isolated when they have no edges), as every memory is a node of the SQL snapshot.
+
+A single variable-length-path query (``(s)-[:EDGE*0..h-1]-(a)-[e]-(b)``) saves a round trip per hop
+and measured 10-25 % faster at two hops on 10k-edge workspaces (``bench/bench_graphstore_neo4j.py``),
+but it expands every node within ``h - 1`` hops before any ``max_nodes`` cut can apply, and where it
+cuts (LIMIT) is arbitrary; the frontier expansion is kept for its bounded work.
 
 Cypher is kept to what both Neo4j 5 and FalkorDB 4.16 accept, and to FalkorDB's Bolt quirks:
 
@@ -26,8 +33,9 @@ Cypher is kept to what both Neo4j 5 and FalkorDB 4.16 accept, and to FalkorDB's 
 - FalkorDB pastes parameters into the query text and crashes when the result passes ~4 KB, so rows
   are sent in chunks sized by ``param_budget`` (query text included); ids are hex, weights travel as
   integer micro-units (text floats are cut to 6 decimals anyway) and strings never contain quotes.
-- Results cost ~0.1 ms per record and a record over 64 KB breaks the connection, so results come as
-  a few records of flat lists (per node, capped) instead of a record per edge.
+- Results cost ~0.1 ms per record and ~5 us per list element, and a record over 64 KB breaks the
+  connection, so results come as one record per node with two flat lists, capped at
+  ``max_neighbours`` (at most ``MAX_NEIGHBOURS_LIMIT``) entries, instead of a record per edge.
 - FalkorDB frees a Bolt client on GOODBYE without unregistering its socket, which wedges the next
   connection; the driver's GOODBYE is therefore turned into a plain close (harmless on Neo4j), and
   one long-lived driver per process is used with connect/acquire timeouts.
@@ -37,7 +45,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import itertools
 import logging
 import re
 import threading
@@ -53,7 +60,7 @@ from django.db import transaction
 from neo4j.exceptions import ServiceUnavailable, SessionExpired
 
 from memories.models import Edge, Memory, Workspace
-from surfacing.algorithms.graph import build_csr, edge_type_code
+from surfacing.algorithms.graph import build_csr, edge_type_code, edge_type_name
 from surfacing.graphstore import EdgeRef, Subgraph
 
 log = logging.getLogger(__name__)
@@ -75,7 +82,10 @@ crashed at about 4,100 in tests here; Neo4j has no such limit (raise it there fo
 
 DEFAULT_MAX_NEIGHBOURS = 200
 """Incident edges read per expanded node, heaviest first. Spreading reads the top fan_out (20) per node;
-the rest is headroom for edge types spreading skips and for PPR. Also keeps a record under 64 KB."""
+the rest is headroom for edge types spreading skips, for a larger fan-out setting (up to 200) and PPR."""
+
+MAX_NEIGHBOURS_LIMIT = 1_000
+"""A node's record is about 45 bytes per edge; FalkorDB breaks the connection on records over 64 KB."""
 
 SWEEP_BATCH = 1_000
 """Relationships or nodes deleted per statement, so a large delete never holds one huge result."""
@@ -103,9 +113,9 @@ WHERE a.ws = $ws
 MATCH (a)-[e:EDGE]-(b:Memory)
 WHERE b.ws = $ws
 WITH a, b, e ORDER BY e.w DESC, b.id
-WITH a, collect(b.id)[0..$cap] AS nb, collect(e.type)[0..$cap] AS ty, collect(e.w)[0..$cap] AS w,
-     collect(startNode(e) = a)[0..$cap] AS out
-RETURN a.id AS a, nb, ty, w, out
+WITH a, collect(b.id)[0..$cap] AS nb,
+     collect(e.wk * 2 + CASE WHEN startNode(e) = a THEN 1 ELSE 0 END)[0..$cap] AS wk
+RETURN a.id AS a, nb, wk
 """
 
 MERGE_EDGES = """
@@ -113,7 +123,7 @@ UNWIND $rows AS r
 MERGE (a:Memory {id: r[0], ws: $ws})
 MERGE (b:Memory {id: r[1], ws: $ws})
 MERGE (a)-[e:EDGE {type: r[2]}]->(b)
-SET e.w = r[3] / 1000000.0, e.g = $g, a.g = $g, b.g = $g
+SET e.w = r[3] / 1000000.0, e.wk = r[3] * 64 + r[4], e.g = $g, a.g = $g, b.g = $g
 """
 
 DELETE_EDGES = """
@@ -248,7 +258,13 @@ def _micro_weight(weight: float) -> int:
 
 
 def _edge_row(edge: EdgeRef) -> list[Any]:
-    return [edge.source.hex, edge.target.hex, _type_name(edge.edge_type), _micro_weight(edge.weight)]
+    name = _type_name(edge.edge_type)
+    return [edge.source.hex, edge.target.hex, name, _micro_weight(edge.weight), edge_type_code(name)]
+
+
+def _unpack(packed: int) -> tuple[float, int, bool]:
+    """(weight, edge-type code, outgoing) from ``(micro_weight * 64 + code) * 2 + outgoing``."""
+    return (packed >> 7) / _MICRO, (packed >> 1) & 63, bool(packed & 1)
 
 
 def _now_ms() -> int:
@@ -279,8 +295,8 @@ class Neo4jGraphStore:
     ) -> None:
         if not _NAMESPACE.match(namespace):
             raise ValueError(f"namespace must be letters, digits or _ (at most 40), got {namespace!r}")
-        if max_neighbours < 1:
-            raise ValueError(f"max_neighbours must be >= 1, got {max_neighbours}")
+        if not 1 <= max_neighbours <= MAX_NEIGHBOURS_LIMIT:
+            raise ValueError(f"max_neighbours must be in [1, {MAX_NEIGHBOURS_LIMIT}], got {max_neighbours}")
         self.uri = uri
         self.namespace = namespace
         self.max_neighbours = max_neighbours
@@ -358,14 +374,16 @@ class Neo4jGraphStore:
 
         When a hop brings more new nodes than there is room for, they are admitted by rank: every
         expanded node's heaviest neighbour first, then every node's second, and so on (ties: heavier
-        edge, then lower id), so one hub cannot take every slot; ``truncated`` is then True, as it is
-        when a node had more than ``max_neighbours`` edges.
+        edge, then lower id), so one hub cannot take every slot; ``truncated`` is then True. A node with
+        more than ``max_neighbours`` edges contributes its heaviest ones only: a fixed bound like
+        spreading's fan-out (which reads a prefix of the same order), not a cut at ``max_nodes``, so it
+        leaves ``truncated`` alone (a hub of a conversation workspace would otherwise flag every call).
         """
         started = time.perf_counter()
         ws = self.workspace_key(workspace)
         seeds = list(dict.fromkeys(s.hex for s in seed_ids))
         admitted: dict[str, int] = {s: 0 for s in seeds}  # hex id -> hop
-        edges: dict[tuple[str, str, str], float] = {}
+        edges: dict[tuple[str, str, int], float] = {}  # (source, target, type code) -> weight
         truncated = False
         frontier = seeds
         cap = self.max_neighbours
@@ -373,14 +391,13 @@ class Neo4jGraphStore:
             if not frontier:
                 break
             found: dict[str, tuple[int, float]] = {}  # candidate -> (best rank, heaviest edge)
-            for records in self._chunked(EXPAND, "ids", frontier, ws=ws, cap=cap + 1):
+            for records in self._chunked(EXPAND, "ids", frontier, ws=ws, cap=cap):
                 for record in records:
                     a = record["a"]
-                    truncated |= len(record["nb"]) > cap
-                    rows = zip(record["nb"], record["ty"], record["w"], record["out"], strict=True)
-                    for rank, (b, edge_type, weight, out) in enumerate(itertools.islice(rows, cap)):
-                        w = float(weight) if weight is not None else 0.0
-                        edges[(a, b, edge_type) if out else (b, a, edge_type)] = w
+                    rows = zip(record["nb"], record["wk"], strict=True)
+                    for rank, (b, packed) in enumerate(rows):
+                        w, code, out = _unpack(int(packed or 0))
+                        edges[(a, b, code) if out else (b, a, code)] = w
                         if b not in admitted:
                             previous = found.get(b)
                             if previous is None or (rank, -w) < (previous[0], -previous[1]):
@@ -396,7 +413,7 @@ class Neo4jGraphStore:
         return self._subgraph(admitted, edges, truncated, started)
 
     def _subgraph(
-        self, admitted: dict[str, int], edges: dict[tuple[str, str, str], float], truncated: bool, started: float
+        self, admitted: dict[str, int], edges: dict[tuple[str, str, int], float], truncated: bool, started: float
     ) -> Subgraph:
         # Hex ids of equal length sort like the UUIDs they spell: the SQL snapshot's node order.
         hex_ids = sorted(admitted)
@@ -404,8 +421,8 @@ class Neo4jGraphStore:
         # Edges enter grouped by type name, the order the SQL snapshot reads them in: parallel edges of
         # equal weight between the same two nodes then sit in the same order in both CSR rows.
         kept = [
-            (index_of[s], index_of[t], edge_type_code(ty), w)
-            for (s, t, ty), w in sorted(edges.items(), key=lambda item: (item[0][2], item[0][0], item[0][1]))
+            (index_of[s], index_of[t], code, w)
+            for (s, t, code), w in sorted(edges.items(), key=lambda item: (edge_type_name(item[0][2]), item[0][:2]))
             if s in index_of and t in index_of
         ]
         src = np.fromiter((k[0] for k in kept), dtype=np.int64, count=len(kept))
