@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -50,6 +50,7 @@ __all__ = [
 ]
 
 KnobKind = Literal["float", "int", "bool", "log"]
+MemoryUrl = Callable[[str], str]
 LABEL_CHARS = 48
 
 
@@ -310,6 +311,7 @@ def bar_segments(
 class Step:
     id: str
     label: str
+    url: str
 
 
 @dataclass(frozen=True)
@@ -337,6 +339,7 @@ class RankChange:
 class Row:
     rank: int
     id: str
+    url: str
     content: str
     memory_type: str
     score: float
@@ -391,11 +394,15 @@ def _label(text: str) -> str:
     return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1].rstrip() + "…"
 
 
-def _provenance(raw: Mapping[str, Any], labels: Mapping[str, str]) -> ProvenanceView:
+def _step(memory_id: object, labels: Mapping[str, str], memory_url: MemoryUrl) -> Step:
+    mid = str(memory_id)
+    return Step(mid, labels.get(mid, "(not found)"), memory_url(mid))
+
+
+def _provenance(raw: Mapping[str, Any], labels: Mapping[str, str], memory_url: MemoryUrl) -> ProvenanceView:
     kind = str(raw.get("kind") or "")
-    path = [Step(str(mid), labels.get(str(mid), "(not found)")) for mid in raw.get("path") or []]
-    seed_id = raw.get("seed")
-    seed = Step(str(seed_id), labels.get(str(seed_id), "(not found)")) if seed_id else None
+    path = [_step(mid, labels, memory_url) for mid in raw.get("path") or []]
+    seed = _step(raw["seed"], labels, memory_url) if raw.get("seed") else None
     return ProvenanceView(
         kind=kind,
         label=PROVENANCE_LABELS.get(kind, kind),
@@ -412,6 +419,7 @@ def _row(
     context: services.WorkingContext,
     scale: float,
     labels: Mapping[str, str],
+    memory_url: MemoryUrl,
 ) -> Row:
     segments, text = bar_segments(item.score_breakdown, item.score, context.settings, context.mode, scale)
     kind = str(item.provenance.get("kind") or "")
@@ -425,6 +433,7 @@ def _row(
     return Row(
         rank=rank,
         id=str(item.id),
+        url=memory_url(str(item.id)),
         content=item.content,
         memory_type=item.memory_type,
         score=item.score,
@@ -432,7 +441,7 @@ def _row(
         segments=segments,
         bar_text=text,
         forced=forced,
-        provenance=_provenance(item.provenance, labels),
+        provenance=_provenance(item.provenance, labels, memory_url),
         terms=_terms(item.score_breakdown, context.mode),
         tokens=tokens,
         factor=factor,
@@ -464,9 +473,9 @@ def _path_labels(workspace: Workspace, contexts: Sequence[services.WorkingContex
     return labels
 
 
-def _run_view(context: services.WorkingContext, labels: Mapping[str, str], note: str = "") -> RunView:
+def _run_view(context: services.WorkingContext, labels: Mapping[str, str], memory_url: MemoryUrl) -> RunView:
     scale = max([item.score for item in context.items] + [0.0])
-    rows = [_row(item, rank, context, scale, labels) for rank, item in enumerate(context.items, start=1)]
+    rows = [_row(item, rank, context, scale, labels, memory_url) for rank, item in enumerate(context.items, start=1)]
     return RunView(
         mode=context.mode,
         strategy_used=context.strategy_used,
@@ -478,7 +487,6 @@ def _run_view(context: services.WorkingContext, labels: Mapping[str, str], note:
         recorded=context.recorded,
         rows=rows,
         scale=_score(scale),
-        note=note,
     )
 
 
@@ -533,12 +541,14 @@ def inspect(
     saved: SurfacingSettings,
     compare: bool,
     record: bool,
+    memory_url: MemoryUrl,
 ) -> Inspection:
     """Run the query as the inspector shows it: ``explain`` on, a dry read unless ``record``.
 
     With ``compare`` the other mode runs too (always dry) with the same what-if settings; legacy mode
     only runs fast:recency, so an explicit other strategy is dropped there and the page says so.
-    Raises InvalidInput (from the service) for a bad query, k, strategy, mode or setting.
+    ``memory_url`` maps a memory id to its page. Raises InvalidInput (from the service) for a bad
+    query, k, strategy, mode or setting.
     """
     primary = services.get_working_context(
         workspace,
@@ -575,13 +585,13 @@ def inspect(
             explain=False,
         )
     labels = _path_labels(workspace, [primary] if other is None else [primary, other])
-    primary_view = _run_view(primary, labels)
+    primary_view = _run_view(primary, labels, memory_url)
     declined_scale = max([item.score for item in primary.items] + [d.score for d in primary.declined or []] + [0.0])
-    declined = [_row(d, d.rank, primary, declined_scale, labels) for d in primary.declined or []]
+    declined = [_row(d, d.rank, primary, declined_scale, labels, memory_url) for d in primary.declined or []]
     legacy_view: RunView | None = None
     router_view: RunView | None = None
     if other is not None:
-        other_view = _run_view(other, labels)
+        other_view = _run_view(other, labels, memory_url)
         pair = (primary_view, other_view) if primary.mode == SurfacingMode.LEGACY.value else (other_view, primary_view)
         legacy_raw, router_raw = pair
         legacy_note = note if legacy_raw is other_view else ""
@@ -602,4 +612,4 @@ def inspect(
 
 
 def _replace_rows(view: RunView, rows: list[Row], note: str) -> RunView:
-    return replace(view, rows=rows, note=note or view.note)
+    return replace(view, rows=rows, note=note)

@@ -12,6 +12,8 @@ this site does not grant, or a POST with the CSRF token (the confirmation the no
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -35,6 +37,7 @@ SAVE_BOX = "whatif-save"
 PAGE = "surfacing/inspector.html"
 # Never carried into the address bar: a reload or a shared link must not count a retrieval again.
 _NOT_IN_URL = ("record", "csrfmiddlewaretoken")
+_SENTINEL = uuid.UUID(int=0)
 
 
 def _htmx_target(request: HttpRequest) -> str | None:
@@ -44,6 +47,12 @@ def _htmx_target(request: HttpRequest) -> str | None:
         return None
     target: str | None = htmx.target
     return target
+
+
+def _memory_url(ws: str) -> Callable[[str], str]:
+    """Memory page URLs without a reverse() per link (an inspection links a hundred memories)."""
+    pattern = reverse("memories:detail", kwargs={"ws": ws, "memory_id": _SENTINEL})
+    return lambda memory_id: pattern.replace(str(_SENTINEL), memory_id)
 
 
 def _page_url(ws: str) -> str:
@@ -84,7 +93,12 @@ def inspector_page(request: HttpRequest, ws: str) -> HttpResponse:
     if status == 200 and form.query:
         try:
             inspection = inspector.inspect(
-                workspace=access.workspace, **form.run_arguments(), override=override, saved=saved, record=record
+                workspace=access.workspace,
+                **form.run_arguments(),
+                override=override,
+                saved=saved,
+                record=record,
+                memory_url=_memory_url(ws),
             )
         except InvalidInput as exc:
             form.add_error(SERVICE_FIELDS.get(exc.field or ""), exc.detail)
