@@ -65,6 +65,7 @@ bench-evolution: install
 
 bench-pages: install
 	$(PY) bench/bench_pages.py
+	$(PY) bench/bench_inspector.py
 
 clean:
 	rm -rf var/test-output .mypy_cache .ruff_cache
