@@ -172,3 +172,22 @@ def test_redis_binding_without_a_hash_starts_clean(
     redis_store._client.hset(pins_key, stale, "1.0")  # left over from a binding that expired first
     redis_store.pin(workspace=workspace, session_id="s", memory_id=a.id, weight=1.0, now=timezone.now())
     assert redis_store.pins(workspace=workspace, session_id="s", now=timezone.now()) == {a.id: 1.0}
+
+
+@pytest.mark.services
+def test_redis_url_selects_the_redis_store(settings: Any) -> None:
+    from surfacing.pins import pin_store, set_pin_store
+
+    set_pin_store(None)
+    settings.REDIS_URL = TEST_REDIS_URL
+    try:
+        store = pin_store()
+        assert isinstance(store, RedisPinStore)
+        store.ping()
+    finally:
+        set_pin_store(None)
+    settings.REDIS_URL = ""
+    try:
+        assert isinstance(pin_store(), DbPinStore)
+    finally:
+        set_pin_store(None)

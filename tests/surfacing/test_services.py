@@ -407,3 +407,32 @@ def test_status_filter_keeps_only_active(workspace: Workspace, make_memory: Make
     memory = make_memory("superseded fact about billing")
     Memory.objects.filter(id=memory.id).update(status=Status.SUPERSEDED)
     assert services.get_working_context(workspace, "s", "billing", record=False).items == []
+
+
+def test_a_ppr_work_cap_keeps_the_estimate_and_says_so(workspace: Workspace, make_memory: Make) -> None:
+    decision = make_memory("We picked JWT for authentication")
+    others = [make_memory(f"note {i} on sessions") for i in range(4)]
+    for other in others:
+        link(workspace, decision, other)
+    ctx = services.get_working_context(
+        workspace, "s", "why JWT", mode="router", record=False, settings_override={"ppr_max_pushes": 1}
+    )
+    (reason,) = [r for r in ctx.reasons if r.startswith("ppr_not_converged")]
+    assert "max_pushes=1" in reason and "best estimate used" in reason
+    assert max(item.score_breakdown["centrality"] for item in ctx.items) == pytest.approx(1.0)
+
+
+def test_declined_memory_held_down_by_interference_says_so(workspace: Workspace, make_memory: Make) -> None:
+    make_memory("vault token rotation schedule")
+    weak = make_memory("vault token rotation schedule (copy)")
+    Memory.objects.filter(id=weak.id).update(
+        activation_score=0.001, retention_score=0.93, metadata={"interference": {"partners": 1}}
+    )
+    ctx = services.get_working_context(
+        workspace, "s", "vault token rotation", k=1, mode="legacy", record=False, explain=True
+    )
+    assert ctx.declined is not None
+    (declined,) = ctx.declined
+    assert declined.id == weak.id
+    assert declined.factor == "interference"
+    assert "retention 0.9300" in declined.detail
