@@ -63,9 +63,12 @@ def default_origin(actor: User | None, channel: str = "api") -> str:
 
 @transaction.atomic
 def workspace_create(*, owner: AbstractBaseUser, slug: str, name: str) -> Workspace:
-    if Workspace.objects.filter(slug=slug).exists():
-        raise Conflict(f"slug: a workspace {slug!r} already exists", code="slug_taken", field="slug")
-    workspace = Workspace.objects.create(slug=slug, name=name)
+    # The unique index decides, not a prior SELECT: two requests racing for one slug get 201 and 409.
+    try:
+        with transaction.atomic():
+            workspace = Workspace.objects.create(slug=slug, name=name)
+    except IntegrityError:
+        raise Conflict(f"slug: a workspace {slug!r} already exists", code="slug_taken", field="slug") from None
     Membership.objects.create(workspace=workspace, user_id=owner.pk, role=Role.OWNER)
     return workspace
 

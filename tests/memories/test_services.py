@@ -346,3 +346,14 @@ def test_a_long_username_still_fits_the_origin(workspace: Workspace, make_user: 
     stored = Memory.objects.get(id=memory.id)
     assert stored.origin.startswith("user:uuu")
     assert len(stored.origin) <= 120
+
+
+def test_a_slug_taken_between_check_and_insert_is_still_a_conflict(
+    workspace: Workspace, make_user: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another request created "acme" after this one looked: the unique index must turn it into a 409.
+    monkeypatch.setattr(type(Workspace.objects.filter(slug="acme")), "exists", lambda self: False)
+    with pytest.raises(Conflict) as info:
+        services.workspace_create(owner=make_user("bob"), slug="acme", name="Racing Acme")
+    assert info.value.code == "slug_taken"
+    assert Workspace.objects.count() == 1
