@@ -88,6 +88,11 @@ def _datetime_sqlite(value: datetime | None) -> Any:
     return str(value)
 
 
+def db_datetime(value: datetime | None) -> Any:
+    """A datetime as the current database backend stores it (naive UTC text on SQLite)."""
+    return _datetime_sqlite(value) if connection.vendor == "sqlite" else value
+
+
 def _converter(field: models.Field[Any, Any]) -> Converter | None:
     """Return the value converter for `field`, or None when the Python value goes in as it is."""
     sqlite = connection.vendor == "sqlite"
