@@ -169,27 +169,36 @@ def _identity(value: Any) -> Any:
     return value
 
 
-def _converter(field: models.Field[Any, Any]) -> Converter:
-    """How a Python value of `field` reaches the driver: as Django would store it, minus the per-value
-    dispatch through several layers that dominates 100k-row writes. Plain JSON values are dumped with
-    the stdlib encoder on SQLite (the text Django writes); everything unusual goes through Django."""
+def _uuid_text(value: Any) -> Any:
+    return value if value is None or value.__class__ is str else str(value)
+
+
+def _column(field: models.Field[Any, Any]) -> tuple[Converter, str]:
+    """How a Python value of `field` reaches the driver, and its SQL placeholder.
+
+    As Django would store it, minus the per-value dispatch through several layers that dominates
+    100k-row writes: numbers and text go as they are; plain JSON is dumped with the stdlib encoder on
+    SQLite (the text Django writes); on SQLite a UUID is stored as 32 hex digits, so the canonical text
+    the evolvers carry is stripped of its dashes by SQLite itself. Anything else goes through Django.
+    """
     # The wrapper itself, not the `connection` proxy: every attribute read through the proxy costs a
     # lookup, and get_db_prep_save reads several per value.
     conn = connections[DEFAULT_DB_ALIAS]
+    sqlite = conn.vendor == "sqlite"
     if isinstance(field, JSONField):
-        if conn.vendor == "sqlite":
-            return lambda v: None if v is None else json.dumps(v)
-        return lambda v: field.get_db_prep_save(v, conn)
+        if sqlite:
+            return (lambda v: None if v is None else json.dumps(v)), "%s"
+        return (lambda v: field.get_db_prep_save(v, conn)), "%s"
     target = field.target_field if isinstance(field, models.ForeignKey) else field
     if isinstance(target, models.FloatField | models.IntegerField | models.BooleanField | models.CharField):
-        return _identity
+        return _identity, "%s"
     if isinstance(target, models.UUIDField):
         if conn.features.has_native_uuid_field:
-            return lambda v: v if isinstance(v, str) else field.get_db_prep_save(v, conn)
-        return _uuid_hex
-    if isinstance(target, models.DateTimeField) and conn.vendor == "sqlite" and settings.USE_TZ:
-        return _sqlite_datetime
-    return lambda v: field.get_db_prep_save(v, conn)
+            return (lambda v: v if isinstance(v, str) else field.get_db_prep_save(v, conn)), "%s"
+        return _uuid_text, "replace(%s, '-', '')"
+    if isinstance(target, models.DateTimeField) and sqlite and settings.USE_TZ:
+        return _sqlite_datetime, "%s"
+    return (lambda v: field.get_db_prep_save(v, conn)), "%s"
 
 
 @lru_cache(maxsize=4096)
@@ -200,74 +209,57 @@ def _sqlite_datetime(value: datetime | None) -> str | None:
     return str(value.astimezone(UTC).replace(tzinfo=None))
 
 
-def _uuid_hex(value: Any) -> Any:
-    """SQLite's stored form of a UUID (32 hex digits) from a UUID or its canonical text."""
-    if value.__class__ is str and len(value) == 36:
-        return value.replace("-", "")
-    if value is None:
-        return None
-    if isinstance(value, uuid.UUID):
-        return value.hex
-    return uuid.UUID(str(value)).hex
+def _executemany(sql: str, converters: Sequence[Converter], rows: Iterable[tuple[Any, ...]]) -> int:
+    """Run `sql` for every row in batches of WRITE_BATCH, converting values only where needed."""
+    convert = any(c is not _identity for c in converters)
+    done = 0
+    batch: list[Sequence[Any]] = []
+    with connection.cursor() as cursor:
+        for row in rows:
+            batch.append([c(v) for c, v in zip(converters, row, strict=True)] if convert else row)
+            if len(batch) >= WRITE_BATCH:
+                cursor.executemany(sql, batch)
+                done += len(batch)
+                batch = []
+        if batch:
+            cursor.executemany(sql, batch)
+            done += len(batch)
+    return done
 
 
 def write_rows(model: type[models.Model], fields: Sequence[str], rows: Iterable[tuple[Any, ...]]) -> int:
     """UPDATE model SET fields = values WHERE pk = last value, for every row; returns rows written.
 
     One prepared statement run with executemany in batches of WRITE_BATCH. Django's bulk_update builds
-    a CASE WHEN expression per batch and measured 13x slower on 100k SQLite rows; values are still
-    prepared by each field's get_db_prep_save, so JSON, datetime and UUID columns store exactly as
-    model saves would.
+    a CASE WHEN expression per batch and measured 13x slower on 100k SQLite rows; values are stored
+    exactly as a model save would store them (see `_column`).
     """
     meta = model._meta
     pk = meta.pk
     assert pk is not None
     prep: list[models.Field[Any, Any]] = [meta.get_field(name) for name in fields]  # type: ignore[misc]
-    convert = [_converter(f) for f in [*prep, pk]]
+    columns = [_column(f) for f in [*prep, pk]]
     qn = connection.ops.quote_name
-    sets = ", ".join(f"{qn(f.column)} = %s" for f in prep)
-    sql = f"UPDATE {qn(meta.db_table)} SET {sets} WHERE {qn(pk.column)} = %s"
-    written = 0
-    batch: list[list[Any]] = []
-    with connection.cursor() as cursor:
-        for row in rows:
-            batch.append([c(v) for c, v in zip(convert, row, strict=True)])
-            if len(batch) >= WRITE_BATCH:
-                cursor.executemany(sql, batch)
-                written += len(batch)
-                batch = []
-        if batch:
-            cursor.executemany(sql, batch)
-            written += len(batch)
-    return written
+    sets = ", ".join(f"{qn(f.column)} = {mark}" for f, (_, mark) in zip(prep, columns, strict=False))
+    sql = f"UPDATE {qn(meta.db_table)} SET {sets} WHERE {qn(pk.column)} = {columns[-1][1]}"
+    return _executemany(sql, [c for c, _ in columns], rows)
 
 
 def insert_rows(model: type[models.Model], fields: Sequence[str], rows: Iterable[tuple[Any, ...]]) -> int:
     """INSERT rows of `fields` with one prepared statement (executemany in batches); returns rows inserted.
 
-    For many small rows (CO_RETRIEVED edges) where building model instances for bulk_create would cost
-    more than the insert itself. Callers that need the new ids select them back by a column they set.
+    For many small rows (CO_RETRIEVED edges, record links) where building model instances for
+    bulk_create would cost more than the insert itself. Callers that need the new ids select them back
+    by a column they set.
     """
     meta = model._meta
     prep: list[models.Field[Any, Any]] = [meta.get_field(name) for name in fields]  # type: ignore[misc]
-    convert = [_converter(f) for f in prep]
+    columns = [_column(f) for f in prep]
     qn = connection.ops.quote_name
-    columns = ", ".join(qn(f.column) for f in prep)
-    marks = ", ".join(["%s"] * len(prep))
-    sql = f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES ({marks})"
-    inserted = 0
-    batch: list[list[Any]] = []
-    with connection.cursor() as cursor:
-        for row in rows:
-            batch.append([c(v) for c, v in zip(convert, row, strict=True)])
-            if len(batch) >= WRITE_BATCH:
-                cursor.executemany(sql, batch)
-                inserted += len(batch)
-                batch = []
-        if batch:
-            cursor.executemany(sql, batch)
-            inserted += len(batch)
-    return inserted
+    names = ", ".join(qn(f.column) for f in prep)
+    marks = ", ".join(mark for _, mark in columns)
+    sql = f"INSERT INTO {qn(meta.db_table)} ({names}) VALUES ({marks})"
+    return _executemany(sql, [c for c, _ in columns], rows)
 
 
 def save_records(records: Sequence[EvolutionRecord]) -> list[EvolutionRecord]:
@@ -283,8 +275,9 @@ def save_records(records: Sequence[EvolutionRecord]) -> list[EvolutionRecord]:
     saved = EvolutionRecord.objects.bulk_create(records, batch_size=200)
     rows: list[tuple[int, str]] = []
     for record in saved:
+        pk = record.pk
         keys = {*map(str, record.input_ids), *map(str, record.output_ids), *record.before}
-        rows.extend((record.pk, key.lower()) for key in keys if _CANONICAL_UUID.fullmatch(key))
+        rows.extend((pk, key.lower()) for key in keys if _CANONICAL_UUID.fullmatch(key))
     insert_rows(RecordLink, ["record", "memory_id"], rows)
     return saved
 
