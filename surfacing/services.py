@@ -48,8 +48,14 @@ from memories.selectors import lexical_search
 from memories.signalbus import retrieval_signals
 from surfacing import selectors
 from surfacing.algorithms.anchors import anchor_drift_warnings
-from surfacing.algorithms.budget import apply_budget, estimate_tokens_array, min_required_tokens
-from surfacing.algorithms.composite import CandidateSignals, ScoreBreakdown, SurfacingMode, score_candidates
+from surfacing.algorithms.budget import BudgetResult, apply_budget, estimate_tokens_array, min_required_tokens
+from surfacing.algorithms.composite import (
+    CandidateSignals,
+    ScoreBreakdown,
+    ScoredCandidates,
+    SurfacingMode,
+    score_candidates,
+)
 from surfacing.algorithms.graph import SPREAD_EDGE_CODES, edge_type_mask, top_neighbours
 from surfacing.algorithms.ppr import candidate_centrality, ppr_push, top_k
 from surfacing.algorithms.relevance import cosine_to_query, fuse, normalise_bm25
@@ -455,6 +461,44 @@ def _declined_factor(
     return factor, detail
 
 
+def _declined_items(
+    rows: Sequence[int],
+    cands: _Candidates,
+    graph: _GraphResult,
+    scored: ScoredCandidates,
+    order: npt.NDArray[np.int64],
+    budget: BudgetResult,
+    tokens: npt.NDArray[np.int64],
+    details: Mapping[uuid.UUID, selectors.MemoryDetail],
+    cfg: SurfacingSettings,
+) -> list[DeclinedItem]:
+    """The candidates ranked right after the returned ones, each with what held it down."""
+    dropped = set(budget.dropped_for_budget.tolist())
+    rank_of = {row: i + 1 for i, row in enumerate(order.tolist())}
+    declined = []
+    for r in rows:
+        mid = cands.ids[r]
+        breakdown = scored.breakdown(r)
+        if r in dropped:
+            factor, detail = "budget", f"ranked inside k but {int(tokens[r])} tokens did not fit max_tokens"
+        else:
+            factor, detail = _declined_factor(breakdown, cfg.activation_floor, details.get(mid))
+        declined.append(
+            DeclinedItem(
+                id=mid,
+                content=details[mid].content if mid in details else "",
+                memory_type=details[mid].memory_type if mid in details else "",
+                score=float(scored.composite[r]),
+                rank=rank_of[r],
+                score_breakdown=breakdown,
+                provenance=cands.provenance(r, graph),
+                factor=factor,
+                detail=detail,
+            )
+        )
+    return declined
+
+
 # -- get_working_context ----------------------------------------------------------------------------
 
 
@@ -594,31 +638,9 @@ def get_working_context(
         for r in selected
         if cands.ids[r] in details
     ]
-    declined: list[DeclinedItem] | None = None
-    if explain:
-        dropped = set(budget.dropped_for_budget.tolist())
-        rank_of = {row: i + 1 for i, row in enumerate(order.tolist())}
-        declined = []
-        for r in declined_rows:
-            mid = cands.ids[r]
-            breakdown = scored.breakdown(r)
-            if r in dropped:
-                factor, detail = "budget", f"ranked inside k but {int(tokens[r])} tokens did not fit max_tokens"
-            else:
-                factor, detail = _declined_factor(breakdown, cfg.activation_floor, details.get(mid))
-            declined.append(
-                DeclinedItem(
-                    id=mid,
-                    content=details[mid].content if mid in details else "",
-                    memory_type=details[mid].memory_type if mid in details else "",
-                    score=float(scored.composite[r]),
-                    rank=rank_of[r],
-                    score_breakdown=breakdown,
-                    provenance=cands.provenance(r, graph),
-                    factor=factor,
-                    detail=detail,
-                )
-            )
+    declined = (
+        _declined_items(declined_rows, cands, graph, scored, order, budget, tokens, details, cfg) if explain else None
+    )
 
     returned_ids = [item.id for item in items]
     returned_anchors = [mid for mid in returned_ids if mid in anchor_ids]
