@@ -1,0 +1,214 @@
+"""Presentation helpers of the inspector: bars that add up to the score, rank changes, what-if knobs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memories.demo import demo_load
+from memories.models import Memory, Workspace
+from surfacing import inspector, services
+from surfacing.algorithms.composite import ScoreBreakdown
+from surfacing.graphstore import SqlGraphStore, set_graph_store
+from surfacing.pins import DbPinStore, set_pin_store
+from surfacing.settings import DEFAULTS
+
+QUERY = "Why did we pick JWT?"
+
+
+def url(memory_id: str) -> str:
+    return f"/m/{memory_id}/"
+
+
+def row(rank: int, mid: str) -> inspector.Row:
+    provenance = inspector.ProvenanceView("lexical", "lexical hit", None, "", 0, [])
+    return inspector.Row(rank, mid, url(mid), "", "fact", 0.0, "0", [], "", False, provenance, "")
+
+
+def breakdown(**values: float | bool) -> ScoreBreakdown:
+    base: ScoreBreakdown = {
+        "activation": 0.5,
+        "relevance": 0.8,
+        "recency": 0.9,
+        "centrality": 0.0,
+        "anchor_forced": False,
+        "session_pin_boost": 0.0,
+        "freshness_boost": 0.0,
+    }
+    return {**base, **values}  # type: ignore[typeddict-item]
+
+
+# -- bars -------------------------------------------------------------------------------------------
+
+unit = st.floats(0.0, 1.0)
+
+
+@given(
+    activation=unit,
+    relevance=unit,
+    recency=unit,
+    centrality=unit,
+    anchor=st.booleans(),
+    pin=st.floats(0.0, 3.0),
+    fresh=st.floats(0.0, 0.2),
+)
+def test_router_bar_segments_add_up_to_the_composite_score(
+    activation: float, relevance: float, recency: float, centrality: float, anchor: bool, pin: float, fresh: float
+) -> None:
+    b = breakdown(
+        activation=activation,
+        relevance=relevance,
+        recency=recency,
+        centrality=centrality,
+        anchor_forced=anchor,
+        session_pin_boost=pin,
+        freshness_boost=fresh,
+    )
+    base = max(activation, DEFAULTS.activation_floor) * relevance * recency
+    score = base * (1 + DEFAULTS.centrality_weight * centrality) + (1.0 if anchor else 0.0) + pin + fresh
+    segments, text = inspector.bar_segments(b, score, DEFAULTS, "router", scale=score)
+    assert math.isclose(sum(s.value for s in segments), score, rel_tol=1e-12, abs_tol=1e-12)
+    assert all(0.0 <= float(s.width) <= 100.0 for s in segments)
+    if score > 0:
+        assert math.isclose(sum(float(s.width) for s in segments), 100.0, abs_tol=0.05)
+    assert text.startswith("Score ")
+
+
+def test_legacy_bar_is_the_base_alone_and_says_so() -> None:
+    segments, text = inspector.bar_segments(breakdown(activation=0.01), 0.036, DEFAULTS, "legacy", scale=0.072)
+    assert [s.key for s in segments] == ["base"]
+    assert segments[0].width == "50.00"
+    assert "raised to the floor 0.05" in text and "legacy mode" in text
+
+
+def test_zero_scale_draws_empty_bars_instead_of_dividing_by_zero() -> None:
+    segments, _ = inspector.bar_segments(breakdown(recency=0.0), 0.0, DEFAULTS, "router", scale=0.0)
+    assert segments == []
+
+
+# -- rank changes -----------------------------------------------------------------------------------
+
+
+def test_rank_changes_mark_up_down_same_and_new() -> None:
+    legacy = [row(1, "a"), row(2, "b"), row(3, "c")]
+    router = [row(1, "c"), row(2, "b"), row(3, "a"), row(4, "d")]
+    marked = {r.id: r.change for r in inspector.rank_changes(router, legacy, "legacy")}
+    assert marked["c"] is not None and (marked["c"].kind, marked["c"].delta, marked["c"].symbol) == ("up", 2, "▲")
+    assert marked["b"] is not None and marked["b"].kind == "same"
+    assert marked["a"] is not None and (marked["a"].kind, marked["a"].delta) == ("down", 2)
+    assert marked["a"].text == "down 2 from #1 in legacy mode"
+    assert marked["d"] is not None and marked["d"].kind == "new"
+
+
+# -- what-if ----------------------------------------------------------------------------------------
+
+
+def test_whatif_override_keeps_only_values_that_differ_from_the_saved_settings() -> None:
+    values = {"centrality_weight": 0.5, "recency_time_constant_hours": 72.0, "ppr_enabled": False, "spread_depth": 2}
+    assert inspector.whatif_override(values, DEFAULTS) == {"recency_time_constant_hours": 72.0, "ppr_enabled": False}
+
+
+def test_whatif_controls_never_clip_or_round_a_saved_value() -> None:
+    saved = replace(DEFAULTS, centrality_weight=7.25, activation_floor=0.123, recency_time_constant_hours=43800.0)
+    controls = {c.knob.key: c for c in inspector.whatif_controls(saved, {})}
+    assert controls["centrality_weight"].high == "7.25" and controls["centrality_weight"].value == "7.25"
+    assert controls["activation_floor"].step == "any"
+    assert controls["lexical_weight"].step == "0.05"
+    assert controls["recency_time_constant_hours"].value == "43800"
+    assert float(controls["recency_time_constant_hours"].log_value) == pytest.approx(math.log10(43800.0))
+    assert not any(c.changed for c in controls.values())
+
+
+def test_whatif_controls_show_the_tried_value_against_the_saved_one() -> None:
+    controls = {c.knob.key: c for c in inspector.whatif_controls(DEFAULTS, {"ppr_enabled": False})}
+    assert controls["ppr_enabled"].changed and not controls["ppr_enabled"].checked
+    assert controls["ppr_enabled"].saved_shown == "on"
+
+
+def test_setting_changes_describe_what_save_would_store() -> None:
+    changes = inspector.setting_changes(
+        DEFAULTS, {"recency_time_constant_hours": 720.0, "ppr_enabled": False}, "router"
+    )
+    assert [(c.key, c.before, c.after, c.form_value) for c in changes] == [
+        ("mode", "legacy", "router", "router"),
+        ("recency_time_constant_hours", "24 h", "720 h", "720"),
+        ("ppr_enabled", "on", "off", "false"),
+    ]
+
+
+# -- a whole inspection -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def stores() -> Iterator[None]:
+    set_graph_store(SqlGraphStore())
+    set_pin_store(DbPinStore())
+    yield
+    set_graph_store(None)
+    set_pin_store(None)
+
+
+@pytest.fixture
+def demo(db: None, stores: None) -> Workspace:
+    return demo_load(slug="demo").workspace
+
+
+def inspect(workspace: Workspace, **overrides: object) -> inspector.Inspection:
+    arguments: dict[str, object] = {
+        "workspace": workspace,
+        "query": QUERY,
+        "session_id": "s1",
+        "k": 8,
+        "strategy": None,
+        "mode": "router",
+        "max_tokens": None,
+        "override": {},
+        "saved": DEFAULTS,
+        "compare": False,
+        "record": False,
+        "memory_url": url,
+        **overrides,
+    }
+    return inspector.inspect(**arguments)  # type: ignore[arg-type]
+
+
+@pytest.mark.django_db
+def test_every_row_of_a_real_inspection_has_a_bar_that_adds_up_to_its_score(demo: Workspace) -> None:
+    pinned = Memory.objects.get(workspace=demo, content__startswith="Lee set up Grafana")
+    services.pin_put(workspace=demo, session_id="s1", memory=pinned, weight=2.0)
+    result = inspect(demo, compare=True)
+    rows = [*result.primary.rows, *result.declined, *(r for view in result.columns for r in view.rows)]
+    keys: set[str] = set()
+    for r in rows:
+        assert math.isclose(sum(s.value for s in r.segments), r.score, rel_tol=1e-9, abs_tol=1e-12), r.bar_text
+        keys.update(s.key for s in r.segments)
+    assert {"base", "lift", "anchor", "pin", "fresh"} <= keys
+    pin_row = next(r for r in result.primary.rows if r.id == str(pinned.id))
+    assert pin_row.forced and pin_row.provenance.kind == "pinned"
+
+
+@pytest.mark.django_db
+def test_spread_provenance_names_every_memory_on_its_path(demo: Workspace) -> None:
+    result = inspect(demo, k=20)
+    spread = [r for r in [*result.primary.rows, *result.declined] if r.provenance.kind == "spread"]
+    assert spread
+    for r in spread:
+        path = r.provenance.path
+        assert len(path) == r.provenance.hops + 1
+        assert path[-1].id == r.id and r.provenance.seed is not None and path[0].id == r.provenance.seed.id
+        assert all(step.label != "(not found)" and step.url == url(step.id) for step in path)
+        assert r.provenance.edge_type
+
+
+@pytest.mark.django_db
+def test_comparison_keeps_the_explicit_strategy_for_router_only(demo: Workspace) -> None:
+    result = inspect(demo, compare=True, strategy="deep:multi-hop")
+    assert result.legacy is not None and result.router is not None
+    assert result.legacy.strategy_used == "fast:recency" and "router mode only" in result.legacy.note
+    assert result.router.strategy_used == "deep:multi-hop"
+    assert all(r.change is not None for r in [*result.legacy.rows, *result.router.rows])
