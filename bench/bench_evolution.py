@@ -567,6 +567,11 @@ def main() -> None:
     counts_before = (Memory.objects.count(), Edge.objects.count())
     print("vectorised cycle, applied ...", flush=True)
     load = os.getloadavg()[0]
+    calibration = time.process_time()
+    total = 0
+    for i in range(10_000_000):
+        total += i
+    calibration = time.process_time() - calibration
     started, cpu_started = time.perf_counter(), time.process_time()
     run = services.evolution_run(workspace=workspace, actor=None, evolvers=ENHANCED, dry_run=False, now=now)
     wall = time.perf_counter() - started
@@ -589,6 +594,7 @@ def main() -> None:
         f"(target <= {TARGET_SECONDS:g} s), "
         f"{cpu:.2f} s CPU in this process; load average {load:.1f} on {os.cpu_count()} CPUs when it started"
     )
+    print(f"CPU speed check: a 10M-step Python loop took {calibration:.2f} s of CPU in this process")
     print(f"naive implementation, extrapolated:                 {naive_total:.1f} s")
     print(f"speed-up: {ratio:.1f}x (target >= {TARGET_RATIO:g}x)")
     print(

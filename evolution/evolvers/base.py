@@ -209,9 +209,12 @@ def _sqlite_datetime(value: datetime | None) -> str | None:
     return str(value.astimezone(UTC).replace(tzinfo=None))
 
 
-def _executemany(sql: str, converters: Sequence[Converter], rows: Iterable[tuple[Any, ...]]) -> int:
-    """Run `sql` for every row in batches of WRITE_BATCH, converting values only where needed."""
-    convert = any(c is not _identity for c in converters)
+def _executemany(
+    sql: str, converters: Sequence[Converter], rows: Iterable[tuple[Any, ...]], *, prepared: bool = False
+) -> int:
+    """Run `sql` for every row in batches of WRITE_BATCH, converting values only where needed
+    (`prepared`: the caller passes numbers and text only, which every column here accepts as they are)."""
+    convert = not prepared and any(c is not _identity for c in converters)
     done = 0
     batch: list[Sequence[Any]] = []
     with connection.cursor() as cursor:
@@ -245,7 +248,9 @@ def write_rows(model: type[models.Model], fields: Sequence[str], rows: Iterable[
     return _executemany(sql, [c for c, _ in columns], rows)
 
 
-def insert_rows(model: type[models.Model], fields: Sequence[str], rows: Iterable[tuple[Any, ...]]) -> int:
+def insert_rows(
+    model: type[models.Model], fields: Sequence[str], rows: Iterable[tuple[Any, ...]], *, prepared: bool = False
+) -> int:
     """INSERT rows of `fields` with one prepared statement (executemany in batches); returns rows inserted.
 
     For many small rows (CO_RETRIEVED edges, record links) where building model instances for
@@ -259,7 +264,7 @@ def insert_rows(model: type[models.Model], fields: Sequence[str], rows: Iterable
     names = ", ".join(qn(f.column) for f in prep)
     marks = ", ".join(mark for _, mark in columns)
     sql = f"INSERT INTO {qn(meta.db_table)} ({names}) VALUES ({marks})"
-    return _executemany(sql, [c for c, _ in columns], rows)
+    return _executemany(sql, [c for c, _ in columns], rows, prepared=prepared)
 
 
 def save_records(records: Sequence[EvolutionRecord]) -> list[EvolutionRecord]:
@@ -278,7 +283,7 @@ def save_records(records: Sequence[EvolutionRecord]) -> list[EvolutionRecord]:
         pk = record.pk
         keys = {*map(str, record.input_ids), *map(str, record.output_ids), *record.before}
         rows.extend((pk, key.lower()) for key in keys if _CANONICAL_UUID.fullmatch(key))
-    insert_rows(RecordLink, ["record", "memory_id"], rows)
+    insert_rows(RecordLink, ["record", "memory_id"], rows, prepared=True)
     return saved
 
 
