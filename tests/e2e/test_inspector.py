@@ -122,7 +122,9 @@ def test_a_query_shows_score_bars_strategy_and_provenance_paths(
     expect(page.locator("#memory-content")).to_be_visible()
 
 
-def test_side_by_side_shows_rank_changes_between_legacy_and_router(page: Page, demo: Callable[..., str]) -> None:
+def test_side_by_side_shows_rank_changes_between_legacy_and_router(
+    page: Page, demo: Callable[..., str], screenshot: Callable[[Page, str], Any]
+) -> None:
     slug = demo()
     run_query(page, slug)
     mark_page(page)
@@ -148,6 +150,7 @@ def test_side_by_side_shows_rank_changes_between_legacy_and_router(page: Page, d
     dropped = [mid for mid in legacy if mid not in router]
     for mid in dropped:
         expect(page.locator(f"#ranked-legacy tr[data-id='{mid}'] td.chg")).to_contain_text("dropped")
+    screenshot(page, "inspector-compare")
     page.get_by_label("Side by side: legacy and router").uncheck()
     expect(page.locator("#compare")).to_have_count(0)
     expect(page.locator("#ranked")).to_be_visible()
