@@ -71,6 +71,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "memories.context_processors.navigation",
+                "evolution.context_processors.pending_counts",
             ],
         },
     }

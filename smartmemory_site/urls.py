@@ -24,5 +24,6 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("surfacing.urls")),
+    path("", include("evolution.urls")),
     path("", include("memories.urls")),
 ]

@@ -1,0 +1,1168 @@
+"""Pages of the evolution dashboard: where people approve or reject what the engine wants to change.
+
+Thin adapters, as in memories.views: parse, authorize, call one service or selector, render. Every page
+works without JavaScript (plain forms, POST then redirect with a message); an htmx request aimed at a swap
+target gets just that partial (the same ``{% partialdef %}`` the full page renders) plus the messages as
+an out-of-band swap. Members see everything; every POST needs an editor or owner (a viewer gets 403 and
+sees no buttons), and a non-member gets 404 for every URL, like a workspace that does not exist.
+
+Sections: the proposal queue (approve, reject with a reason, modify then approve, bulk), contradiction
+clusters (keep one, keep both, edit), drift flags (acknowledge, pin), evolution runs (dry-run preview with
+its diff, apply, live progress, revert a run or one record) and the engine (world model, evolve, dream,
+export and import of the memory-evolution directory).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.middleware.csrf import get_token
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from evolution import curation, dream, engine, memdir_io, page_selectors, proposals, services
+from evolution.algorithms.engine import REVIEW_TASK_TYPE
+from evolution.evolvers.base import REASONS
+from evolution.forms import (
+    ApproveForm,
+    BulkDecisionForm,
+    ContradictionForm,
+    DreamForm,
+    DriftForm,
+    ImportForm,
+    ModifyForm,
+    RejectForm,
+    RunStartForm,
+    modify_form,
+)
+from evolution.models import (
+    Action,
+    DreamReport,
+    EvolutionRecord,
+    EvolutionRun,
+    Proposal,
+    ProposalKind,
+    ProposalStatus,
+    RunStatus,
+)
+from evolution.typed_selectors import contradiction_clusters
+from memories import selectors as memory_selectors
+from memories import services as memory_services
+from memories.errors import Conflict, InvalidInput
+from memories.forms import MemoryEditForm
+from memories.models import Memory, MemoryType, Status
+from memories.selectors import WorkspaceAccess
+from memories.views import domain_errors
+
+TABS: Final = ("pending", "decided", "vetoed")
+QUEUE_PAGE: Final = 50
+RECORDS_PAGE: Final = 40
+MEMORIES_PER_RECORD: Final = 25
+CLUSTER_LIMIT: Final = 50
+EXCERPT: Final = 160
+_SENTINEL: Final = uuid.UUID(int=0)
+# Record fields that say when, not what: left out of before/after tables.
+_QUIET_FIELDS: Final = frozenset({"updated_at"})
+
+
+# -- shared helpers -------------------------------------------------------------------------------
+
+
+def _access(request: HttpRequest, ws: str) -> WorkspaceAccess:
+    return memory_selectors.workspace_access(user=request.user, slug=ws)
+
+
+def _edit(request: HttpRequest, ws: str) -> WorkspaceAccess:
+    return memory_selectors.workspace_access(user=request.user, slug=ws, require="edit")
+
+
+def _target(request: HttpRequest) -> str | None:
+    """The swap target of an htmx request (None for a full page load or an htmx history restore)."""
+    htmx = getattr(request, "htmx", None)
+    if not htmx or htmx.history_restore_request:
+        return None
+    target: str | None = htmx.target
+    return target
+
+
+def _partial(request: HttpRequest, template: str, context: dict[str, Any], status: int = 200) -> HttpResponse:
+    """A partial plus the pending messages, swapped out of band into the page's #messages."""
+    html = render_to_string(template, context, request=request)
+    html += render_to_string("evolution/_messages.html", {"oob": True}, request=request)
+    return HttpResponse(html, status=status)
+
+
+def _safe_next(request: HttpRequest, fallback: str) -> str:
+    candidate = request.POST.get("next") or request.GET.get("next") or ""
+    if candidate and url_has_allowed_host_and_scheme(
+        candidate, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return candidate
+    return fallback
+
+
+def _int(raw: str | None) -> int:
+    try:
+        return max(0, int(raw or 0))
+    except ValueError:
+        return 0
+
+
+def _url(name: str, ws: str, **kwargs: Any) -> str:
+    return reverse(f"evolution:{name}", kwargs={"ws": ws, **kwargs})
+
+
+def _excerpt(text: str, length: int = EXCERPT) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= length else flat[: length - 1].rstrip() + "…"
+
+
+def _shown(value: Any, length: int = 200) -> str:
+    if value is None or value == "":
+        return "—"
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    return _excerpt(text, length)
+
+
+def _revert_button(request: HttpRequest, ws: str, record_id: int, back: str, label: str = "Revert") -> str:
+    """A POST button for a flash message (this session's CSRF token is valid on the next page)."""
+    return format_html(
+        '<form method="post" action="{}" class="inline">'
+        '<input type="hidden" name="csrfmiddlewaretoken" value="{}">'
+        '<input type="hidden" name="next" value="{}">'
+        '<button type="submit" class="link">{}</button></form>',
+        _url("record-revert", ws, record_id=record_id),
+        get_token(request),
+        back,
+        label,
+    )
+
+
+class MemoryUrls:
+    """Memory page URLs without a reverse() per link (a page links hundreds of memories)."""
+
+    def __init__(self, ws: str) -> None:
+        self.pattern = reverse("memories:detail", kwargs={"ws": ws, "memory_id": _SENTINEL})
+
+    def __call__(self, memory_id: object) -> str:
+        return self.pattern.replace(str(_SENTINEL), str(memory_id))
+
+
+@dataclass(frozen=True)
+class MemoryRef:
+    """A linked memory: `memory` is None when it no longer exists (its id and history remain)."""
+
+    id: str
+    url: str
+    memory: Memory | None
+
+    @property
+    def label(self) -> str:
+        return _excerpt(self.memory.content) if self.memory is not None else f"memory {self.id} (no longer exists)"
+
+
+def _refs(ids: Sequence[Any], rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls) -> list[MemoryRef]:
+    return [MemoryRef(str(i), urls(i), rows.get(i)) for i in page_selectors.as_uuids(ids)]
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    field: str
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
+class RowChange:
+    ref: MemoryRef
+    changes: list[FieldChange]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class NewMemory:
+    memory_type: str
+    subject: str
+    content: str
+    details: list[tuple[str, str]] = field(default_factory=list)
+
+
+# -- proposals: previews --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Preview:
+    """Exactly what approving would change: memories created, fields of existing memories, and why not."""
+
+    creates: list[NewMemory] = field(default_factory=list)
+    changes: list[RowChange] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _payload(proposal: Proposal) -> dict[str, Any]:
+    return dict(proposal.payload) if isinstance(proposal.payload, dict) else {}
+
+
+def _summary_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls) -> Preview:
+    payload = _payload(proposal)
+    sources = payload.get("summarizes") or proposal.source_ids
+    confidence = payload.get("confidence", 0.7)
+    preview = Preview(
+        creates=[
+            NewMemory(
+                memory_type=str(payload.get("memory_type") or MemoryType.FACT),
+                subject=str(payload.get("subject") or ""),
+                content=str(payload.get("content") or ""),
+                details=[
+                    ("Confidence", f"{float(confidence):.2f}" if isinstance(confidence, int | float) else "—"),
+                    ("Origin", f"evolver:{proposals.SUMMARY_EVOLVER} (tier 2)"),
+                    ("Edges", f"SUMMARIZES each of the {len(page_selectors.as_uuids(sources))} sources"),
+                ],
+            )
+        ],
+        notes=["The sources keep their content and status; each only gets summarized_by set."],
+    )
+    for ref in _refs(sources, rows, urls):
+        if ref.memory is None:
+            preview.problems.append(f"Memory {ref.id} no longer exists: approving will be refused.")
+            continue
+        if ref.memory.summarized_by is not None:
+            preview.problems.append(
+                f"Memory {ref.id} was summarized by {ref.memory.summarized_by} since: approving will be refused."
+            )
+        preview.changes.append(RowChange(ref, [FieldChange("summarized_by", "—", "the new summary")]))
+    return preview
+
+
+def _strategy_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls) -> Preview:
+    payload = _payload(proposal)
+    weight = payload.get("weight")
+    task_type = payload.get("task_type") or ""
+    preview = Preview(
+        creates=[
+            NewMemory(
+                memory_type=MemoryType.STRATEGY,
+                subject=str(task_type),
+                content=str(payload.get("rule") or ""),
+                details=[
+                    ("Tier", "HOT (always loaded)"),
+                    ("Origin", f"{engine.ENGINE_ORIGIN}; yours (user:) if you modify the rule"),
+                    ("Weight", f"{float(weight):.2f}" if isinstance(weight, int | float) else "—"),
+                ],
+            )
+        ],
+        notes=[
+            f"The world model records a success for this review (task type {REVIEW_TASK_TYPE}).",
+            "Rejecting records a failure and lowers the weight of similar strategies by 0.7×.",
+        ],
+    )
+    for ref in _refs(payload.get("supersedes") or [], rows, urls):
+        m = ref.memory
+        if m is None or m.status != Status.ACTIVE or m.memory_type != MemoryType.STRATEGY or m.origin_tier != 3:
+            preview.notes.append(f"Rule {ref.id} is no longer an active engine rule: it stays as it is.")
+            continue
+        preview.changes.append(
+            RowChange(
+                ref,
+                [FieldChange("status", m.status, Status.SUPERSEDED), FieldChange("superseded_by", "—", "the new rule")],
+            )
+        )
+    return preview
+
+
+def _conflict_preview(proposal: Proposal) -> Preview:
+    options = _payload(proposal).get("options") or []
+    notes = [
+        "Approving records your answer only; it changes no memory. To act, approve or reject the strategy "
+        f"proposal #{_payload(proposal).get('strategy_proposal')} it asks about."
+    ]
+    notes += [f"{o.get('origin', '?')}: {_excerpt(str(o.get('content', '')))}" for o in options if isinstance(o, dict)]
+    return Preview(notes=notes)
+
+
+def _generic_preview(proposal: Proposal) -> Preview:
+    # Read-only look at the registry: the preview must say whether approval changes anything at all.
+    if proposals._APPLIERS.get(proposal.kind) is None:
+        return Preview(
+            notes=[
+                f"No change is registered for {proposal.kind} proposals: approving records the decision (who, "
+                "when, why) and changes no memory."
+            ]
+        )
+    return Preview(notes=[f"Approving applies this {proposal.kind} proposal through its registered applier."])
+
+
+def _preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls) -> Preview:
+    if proposal.kind == ProposalKind.SUMMARY:
+        return _summary_preview(proposal, rows, urls)
+    if proposal.kind == ProposalKind.STRATEGY:
+        return _strategy_preview(proposal, rows, urls)
+    if proposal.kind == ProposalKind.CONFLICT:
+        return _conflict_preview(proposal)
+    return _generic_preview(proposal)
+
+
+@dataclass(frozen=True)
+class Card:
+    """One proposal as the queue shows it."""
+
+    proposal: Proposal
+    sources: list[MemoryRef]
+    preview: Preview | None
+    vetoes: list[str]
+    evidence: list[str]
+    payload_rows: list[tuple[str, str]]
+    can_decide: bool
+    notice: str = ""
+    notice_kind: str = "error"
+    reject_error: str = ""
+
+    @property
+    def pending(self) -> bool:
+        return self.proposal.status == ProposalStatus.PENDING
+
+
+_SHOWN_KEYS: Final = frozenset({"content", "rule", "summarizes", "options", "vetoes", "evidence", "proposed"})
+
+
+def _card(
+    access: WorkspaceAccess,
+    proposal: Proposal,
+    rows: Mapping[uuid.UUID, Memory],
+    urls: MemoryUrls,
+    **extra: Any,
+) -> Card:
+    payload = _payload(proposal)
+    pending = proposal.status == ProposalStatus.PENDING
+    vetoes = payload.get("vetoes")
+    evidence = payload.get("evidence")
+    return Card(
+        proposal=proposal,
+        sources=_refs(proposal.source_ids, rows, urls),
+        preview=_preview(proposal, rows, urls) if pending else None,
+        vetoes=[str(v) for v in vetoes] if isinstance(vetoes, list) else [],
+        evidence=[str(e) for e in evidence] if isinstance(evidence, list) else [],
+        payload_rows=[(k, _shown(v)) for k, v in payload.items() if k not in _SHOWN_KEYS],
+        can_decide=pending and access.can_edit,
+        **extra,
+    )
+
+
+def _card_ids(items: Sequence[Proposal]) -> list[Any]:
+    ids: list[Any] = []
+    for p in items:
+        ids.extend(p.source_ids or ())
+        payload = _payload(p)
+        ids.extend(payload.get("summarizes") or ())
+        ids.extend(payload.get("supersedes") or ())
+    return ids
+
+
+def _cards(access: WorkspaceAccess, items: Sequence[Proposal]) -> list[Card]:
+    rows = page_selectors.memories_shown(workspace=access.workspace, ids=_card_ids(items))
+    urls = MemoryUrls(access.workspace.slug)
+    return [_card(access, p, rows, urls) for p in items]
+
+
+def _one_card(access: WorkspaceAccess, proposal: Proposal, **extra: Any) -> Card:
+    rows = page_selectors.memories_shown(workspace=access.workspace, ids=_card_ids([proposal]))
+    return _card(access, proposal, rows, MemoryUrls(access.workspace.slug), **extra)
+
+
+def _decided_words(proposal: Proposal) -> str:
+    who = proposal.decided_by.get_username() if proposal.decided_by is not None else "the engine"
+    when = f" at {proposal.decided_at:%Y-%m-%d %H:%M} UTC" if proposal.decided_at else ""
+    return f"{proposal.status} by {who}{when}"
+
+
+# -- proposals: pages -----------------------------------------------------------------------------
+
+
+QUEUE: Final = "evolution/proposals.html"
+
+
+def _queue_context(request: HttpRequest, access: WorkspaceAccess, **extra: Any) -> dict[str, Any]:
+    tab = request.GET.get("status") or "pending"
+    tab = tab if tab in TABS else "pending"
+    kind = request.GET.get("kind") or ""
+    kind = kind if kind in ProposalKind.values else ""
+    page = page_selectors.proposal_queue(
+        workspace=access.workspace, tab=tab, kind=kind, after=_int(request.GET.get("after")), limit=QUEUE_PAGE
+    )
+    vetoed = page_selectors.vetoed_strategies(workspace=access.workspace) if tab == "pending" and not kind else []
+    counts = page_selectors.proposal_counts(workspace=access.workspace)
+    return {
+        "access": access,
+        "tab": tab,
+        "kind": kind,
+        "kinds": ProposalKind.values,
+        "counts": counts,
+        "decided_count": sum(counts[s] for s in page_selectors.DECIDED),
+        "cards": _cards(access, page.proposals),
+        "vetoed": [(p, _payload(p).get("vetoes") or [p.decision_reason]) for p in vetoed],
+        "next_after": page.next_after,
+        "queue_url": _url("proposals", access.workspace.slug),
+        **extra,
+    }
+
+
+@login_required
+@require_GET
+@domain_errors
+def proposal_queue(request: HttpRequest, ws: str) -> HttpResponse:
+    access = _access(request, ws)
+    context = _queue_context(request, access)
+    if _target(request) == "proposal-queue":
+        return render(request, f"{QUEUE}#queue", context)
+    return render(request, QUEUE, context)
+
+
+@login_required
+@require_GET
+@domain_errors
+def proposal_detail(request: HttpRequest, ws: str, proposal_id: int) -> HttpResponse:
+    access = _access(request, ws)
+    proposal = _proposal(access, proposal_id)
+    card = _one_card(access, proposal)
+    if _target(request) == f"proposal-{proposal.pk}":
+        return render(request, f"{QUEUE}#card", {"access": access, "card": card})
+    form = modify_form(proposal) if request.GET.get("modify") == "1" and card.can_decide else None
+    return render(request, "evolution/proposal.html", {"access": access, "card": card, "form": form})
+
+
+def _proposal(access: WorkspaceAccess, proposal_id: int) -> Proposal:
+    proposal = page_selectors.proposal_one(workspace=access.workspace, proposal_id=proposal_id)
+    if proposal is None:
+        raise Http404(f"proposal {proposal_id} not found")
+    return proposal
+
+
+def _card_response(
+    request: HttpRequest, access: WorkspaceAccess, proposal_id: int, status: int, **extra: Any
+) -> HttpResponse:
+    """The card of a proposal as it is now, for an htmx swap or a full page without JavaScript."""
+    proposal = _proposal(access, proposal_id)
+    card = _one_card(access, proposal, **extra)
+    if _target(request) == f"proposal-{proposal_id}":
+        return _partial(request, f"{QUEUE}#card", {"access": access, "card": card}, status)
+    if status < 400:
+        return redirect(_safe_next(request, _url("proposals", access.workspace.slug)))
+    if card.notice:
+        messages.error(request, card.notice)
+    return render(request, "evolution/proposal.html", {"access": access, "card": card, "form": None}, status=status)
+
+
+def _decide(
+    request: HttpRequest, access: WorkspaceAccess, proposal_id: int, act: Callable[[], Proposal], *, form: Any = None
+) -> HttpResponse:
+    """Run one decision and answer: 409 (friendly) when already decided, 400 when the change is refused."""
+    ws = access.workspace.slug
+    try:
+        decided = act()
+    except Conflict as exc:
+        if exc.code == "already_decided":
+            current = _proposal(access, proposal_id)
+            notice = (
+                f"Proposal #{proposal_id} was already {_decided_words(current)}, perhaps in another tab. "
+                "Nothing was applied twice."
+            )
+        else:
+            notice = f"Not applied: {exc.detail}"
+        return _card_response(request, access, proposal_id, 409, notice=notice)
+    except InvalidInput as exc:
+        if form is not None:
+            form.add_error(None, exc.detail)
+            return _modify_response(request, access, _proposal(access, proposal_id), form, 400)
+        return _card_response(request, access, proposal_id, 400, notice=f"Not applied: {exc.detail}")
+    back = _safe_next(request, _url("proposals", ws))
+    text = f"Proposal #{decided.pk} {decided.status}: {decided.title}."
+    if decided.applied_record_id is not None:
+        undo = _revert_button(request, ws, decided.applied_record_id, back)
+        messages.success(request, format_html("{} {}", text, undo))
+    else:
+        messages.success(request, text)
+    return _card_response(request, access, proposal_id, 200)
+
+
+@login_required
+@require_POST
+@domain_errors
+def proposal_approve(request: HttpRequest, ws: str, proposal_id: int) -> HttpResponse:
+    access = _edit(request, ws)
+    form = ApproveForm(request.POST)
+    reason = form.cleaned_data["reason"] if form.is_valid() else ""
+    return _decide(
+        request,
+        access,
+        proposal_id,
+        lambda: proposals.proposal_approve(
+            workspace=access.workspace, proposal_id=proposal_id, actor=request.user, reason=reason
+        ),
+    )
+
+
+@login_required
+@require_POST
+@domain_errors
+def proposal_reject(request: HttpRequest, ws: str, proposal_id: int) -> HttpResponse:
+    access = _edit(request, ws)
+    form = RejectForm(request.POST)
+    if not form.is_valid():
+        error = " ".join(str(e) for e in form.errors.get("reason", ["Not valid."]))
+        return _card_response(request, access, proposal_id, 400, notice=f"Not rejected: {error}", reject_error=error)
+    return _decide(
+        request,
+        access,
+        proposal_id,
+        lambda: proposals.proposal_reject(
+            workspace=access.workspace, proposal_id=proposal_id, actor=request.user, reason=form.cleaned_data["reason"]
+        ),
+    )
+
+
+def _modify_response(
+    request: HttpRequest, access: WorkspaceAccess, proposal: Proposal, form: ModifyForm, status: int
+) -> HttpResponse:
+    card = _one_card(access, proposal)
+    context = {"access": access, "card": card, "form": form}
+    if _target(request) == f"proposal-{proposal.pk}":
+        return _partial(request, f"{QUEUE}#modify", context, status)
+    return render(request, "evolution/proposal.html", context, status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+@domain_errors
+def proposal_modify(request: HttpRequest, ws: str, proposal_id: int) -> HttpResponse:
+    """Modify then approve: the form of the proposal's kind; the reviewer's values are what is applied."""
+    access = _edit(request, ws)
+    proposal = _proposal(access, proposal_id)
+    if request.method == "GET":
+        if proposal.status != ProposalStatus.PENDING:
+            notice = f"Proposal #{proposal_id} was already {_decided_words(proposal)}."
+            return _card_response(request, access, proposal_id, 409, notice=notice)
+        if _target(request) != f"proposal-{proposal_id}":
+            return redirect(_url("proposal", ws, proposal_id=proposal_id) + "?modify=1")
+        return _modify_response(request, access, proposal, modify_form(proposal), 200)
+    form = modify_form(proposal, request.POST)
+    if not form.is_valid():
+        return _modify_response(request, access, proposal, form, 400)
+    return _decide(
+        request,
+        access,
+        proposal_id,
+        lambda: proposals.proposal_approve(
+            workspace=access.workspace,
+            proposal_id=proposal_id,
+            actor=request.user,
+            payload=form.payload(),
+            reason=form.cleaned_data.get("reason") or "",
+        ),
+        form=form,
+    )
+
+
+@login_required
+@require_POST
+@domain_errors
+def proposal_bulk(request: HttpRequest, ws: str) -> HttpResponse:
+    access = _edit(request, ws)
+    form = BulkDecisionForm(request.POST)
+    status = 200
+    if not form.is_valid():
+        messages.error(request, "Nothing decided: " + " ".join(str(e) for errs in form.errors.values() for e in errs))
+        status = 400
+    else:
+        approve = form.cleaned_data["decision"] == "approve"
+        outcome = curation.proposals_decide(
+            workspace=access.workspace,
+            ids=form.cleaned_data["ids"],
+            approve=approve,
+            actor=request.user,
+            reason=form.cleaned_data["reason"],
+        )
+        if outcome.decided:
+            verb = "Approved" if approve else "Rejected"
+            messages.success(
+                request, f"{verb} {len(outcome.decided)}: " + ", ".join(f"#{p.pk}" for p in outcome.decided) + "."
+            )
+        for pk, detail in outcome.already:
+            messages.warning(request, f"#{pk} was not decided again: {detail}. Nothing was applied twice.")
+        for pk, detail in outcome.failed:
+            messages.error(request, f"#{pk} not decided: {detail}")
+        if not outcome.decided:
+            status = 409 if outcome.already and not outcome.failed else 400
+    if _target(request) == "proposal-queue":
+        return _partial(request, f"{QUEUE}#queue", _queue_context(request, access), status)
+    return redirect(_safe_next(request, _url("proposals", ws)))
+
+
+# -- contradictions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    key: str
+    ids: list[str]
+    members: list[MemoryRef]
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    record: EvolutionRecord
+    revertible: bool
+
+
+def _history(records: Sequence[EvolutionRecord]) -> list[HistoryEntry]:
+    return [HistoryEntry(r, r.reverted_at is None and r.action != Action.REVERT) for r in records]
+
+
+def _contradictions_context(access: WorkspaceAccess, **extra: Any) -> dict[str, Any]:
+    page = contradiction_clusters(workspace=access.workspace, limit=CLUSTER_LIMIT)
+    urls = MemoryUrls(access.workspace.slug)
+    clusters = [
+        ClusterView(
+            key=c.ids[0],
+            ids=c.ids,
+            members=[MemoryRef(str(m.id), urls(m.id), m) for m in sorted(c.memories, key=lambda m: m.created_at)],
+        )
+        for c in page.clusters
+    ]
+    records = page_selectors.curation_records(
+        workspace=access.workspace, actions=[Action.SUPERSEDE, Action.RESOLVE, Action.UPDATE]
+    )
+    return {
+        "access": access,
+        "clusters": clusters,
+        "total": page.total,
+        "history": _history(records),
+        "here": _url("contradictions", access.workspace.slug),
+        **extra,
+    }
+
+
+CONTRADICTIONS: Final = "evolution/contradictions.html"
+
+
+@login_required
+@require_GET
+@domain_errors
+def contradictions(request: HttpRequest, ws: str) -> HttpResponse:
+    access = _access(request, ws)
+    context = _contradictions_context(access)
+    if _target(request) == "contradictions-body":
+        return render(request, f"{CONTRADICTIONS}#body", context)
+    return render(request, CONTRADICTIONS, context)
+
+
+def _contradictions_answer(request: HttpRequest, access: WorkspaceAccess, status: int) -> HttpResponse:
+    if _target(request) == "contradictions-body":
+        return _partial(request, f"{CONTRADICTIONS}#body", _contradictions_context(access), status)
+    if status >= 400:
+        return render(request, CONTRADICTIONS, _contradictions_context(access), status=status)
+    return redirect(_url("contradictions", access.workspace.slug))
+
+
+@login_required
+@require_POST
+@domain_errors
+def contradiction_resolve(request: HttpRequest, ws: str) -> HttpResponse:
+    access = _edit(request, ws)
+    form = ContradictionForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Not resolved: " + " ".join(str(e) for errs in form.errors.values() for e in errs))
+        return _contradictions_answer(request, access, 400)
+    data = form.cleaned_data
+    try:
+        if data["action"] == "keep_one":
+            record = curation.contradiction_keep_one(
+                workspace=access.workspace, ids=data["ids"], keep_id=data["keep"], actor=request.user, note=data["note"]
+            )
+            done = f"Kept one memory and superseded {len(data['ids']) - 1}."
+        else:
+            record = curation.contradiction_keep_both(
+                workspace=access.workspace, ids=data["ids"], actor=request.user, note=data["note"]
+            )
+            done = f"Kept all {len(data['ids'])} memories and marked the contradiction reviewed."
+    except Conflict as exc:
+        messages.error(request, f"Not resolved: {exc.detail}")
+        return _contradictions_answer(request, access, 409)
+    except InvalidInput as exc:
+        messages.error(request, f"Not resolved: {exc.detail}")
+        return _contradictions_answer(request, access, 400)
+    back = _url("contradictions", ws)
+    messages.success(request, format_html("{} {}", done, _revert_button(request, ws, record.pk, back)))
+    return _contradictions_answer(request, access, 200)
+
+
+@login_required
+@require_POST
+@domain_errors
+def contradiction_edit(request: HttpRequest, ws: str, memory_id: uuid.UUID) -> HttpResponse:
+    """Edit one side of a contradiction in place (recorded and revertible like any edit of a person)."""
+    access = _edit(request, ws)
+    memory = memory_selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
+    form = MemoryEditForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Not saved: " + " ".join(str(e) for errs in form.errors.values() for e in errs))
+        return _contradictions_answer(request, access, 400)
+    memory_services.memory_update(
+        workspace=access.workspace, memory=memory, actor=request.user, changes={"content": form.cleaned_data["content"]}
+    )
+    history = MemoryUrls(ws)(memory.id) + "#memory-history"
+    messages.success(
+        request,
+        format_html('Saved the new content; its <a href="{}">history</a> can revert it.', history),
+    )
+    return _contradictions_answer(request, access, 200)
+
+
+# -- drift ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplaceChange:
+    at: datetime
+    before: str
+    after: str
+    origin: str
+    record_id: int
+
+
+@dataclass(frozen=True)
+class DriftRow:
+    memory: Memory
+    url: str
+    label: str
+    open: list[dict[str, Any]]
+    acknowledged: list[dict[str, Any]]
+    replace_times: list[str]
+    changes: list[ReplaceChange]
+
+
+def _slot(memory: Memory) -> str:
+    return f"{memory.memory_type}[{memory.subject}]" if memory.subject else memory.memory_type
+
+
+def _drift_rows(access: WorkspaceAccess, memories: Sequence[Memory]) -> list[DriftRow]:
+    ids = [m.id for m in memories]
+    records = page_selectors.replace_records(workspace=access.workspace, ids=ids)
+    changes: dict[str, list[ReplaceChange]] = {}
+    for record in records:
+        for key, after in record.after.items():
+            before = record.before.get(key)
+            if isinstance(after, dict) and isinstance(before, dict) and "content" in after:
+                changes.setdefault(key, []).append(
+                    ReplaceChange(
+                        record.timestamp,
+                        _shown(before.get("content")),
+                        _shown(after.get("content")),
+                        str(after.get("origin") or ""),
+                        record.pk,
+                    )
+                )
+    urls = MemoryUrls(access.workspace.slug)
+    rows = []
+    for memory in memories:
+        flags = [f for f in memory.drift_flags or () if isinstance(f, dict)]
+        rows.append(
+            DriftRow(
+                memory=memory,
+                url=urls(memory.id),
+                label=_slot(memory),
+                open=[f for f in flags if not f.get("acknowledged_at")],
+                acknowledged=[f for f in flags if f.get("acknowledged_at")],
+                replace_times=sorted((str(t) for t in memory.replace_log or ()), reverse=True),
+                changes=changes.get(str(memory.id), []),
+            )
+        )
+    return rows
+
+
+DRIFT: Final = "evolution/drift.html"
+
+
+@login_required
+@require_GET
+@domain_errors
+def drift(request: HttpRequest, ws: str) -> HttpResponse:
+    access = _access(request, ws)
+    rows = _drift_rows(access, page_selectors.drifting_memories(workspace=access.workspace))
+    history = page_selectors.curation_records(workspace=access.workspace, actions=[Action.ANNOTATE])
+    context = {
+        "access": access,
+        "rows": rows,
+        "open_count": sum(1 for r in rows if r.open),
+        "history": _history(history),
+        "here": _url("drift", ws),
+    }
+    return render(request, DRIFT, context)
+
+
+@login_required
+@require_POST
+@domain_errors
+def drift_acknowledge(request: HttpRequest, ws: str, memory_id: uuid.UUID) -> HttpResponse:
+    """Acknowledge a memory's drift (or pin its current value): the row is swapped, or the page reloads."""
+    access = _edit(request, ws)
+    form = DriftForm(request.POST)
+    pin = bool(form.is_valid() and form.cleaned_data["pin"])
+    status = 200
+    try:
+        record = curation.drift_acknowledge(
+            workspace=access.workspace, memory_id=memory_id, actor=request.user, pin=pin
+        )
+    except Conflict as exc:
+        messages.info(request, exc.detail)
+        status = 409
+    else:
+        done = "Pinned the current value and acknowledged its drift." if pin else "Drift acknowledged."
+        messages.success(request, format_html("{} {}", done, _revert_button(request, ws, record.pk, _url("drift", ws))))
+    if _target(request) == f"drift-{memory_id}":
+        memory = memory_selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
+        (row,) = _drift_rows(access, [memory])
+        return _partial(request, f"{DRIFT}#row", {"access": access, "row": row}, status)
+    return redirect(_url("drift", ws))
+
+
+# -- runs -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordView:
+    """One record of a run: per memory the fields before and after, the memories it creates."""
+
+    record: EvolutionRecord
+    rows: list[RowChange]
+    more: int
+    creates: list[tuple[str, str]]
+    revertible: bool
+
+
+def _memory_keys(record: EvolutionRecord) -> list[str]:
+    keys = dict.fromkeys(k for k in (*record.before, *record.after) if k not in (REASONS,))
+    return [k for k in keys if page_selectors.as_uuids([k])]
+
+
+def _record_view(record: EvolutionRecord, rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls) -> RecordView:
+    keys = _memory_keys(record)
+    reasons = record.after.get(REASONS) if isinstance(record.after.get(REASONS), dict) else {}
+    changes: list[RowChange] = []
+    for key in keys[:MEMORIES_PER_RECORD]:
+        before = record.before.get(key) if isinstance(record.before.get(key), dict) else {}
+        after = record.after.get(key) if isinstance(record.after.get(key), dict) else {}
+        names = [n for n in dict.fromkeys([*before, *after]) if n not in _QUIET_FIELDS and n != "embedding"]
+        (mid,) = page_selectors.as_uuids([key])
+        changes.append(
+            RowChange(
+                MemoryRef(key, urls(key), rows.get(mid)),
+                [FieldChange(n, _shown(before.get(n)), _shown(after.get(n))) for n in names],
+                str((reasons or {}).get(key) or ""),
+            )
+        )
+    planned = record.after.get("planned") or record.after.get("contents") or {}
+    creates = [(str(k), _excerpt(str(v), 300)) for k, v in planned.items()] if isinstance(planned, dict) else []
+    payload = record.after.get("payload")
+    if isinstance(payload, dict) and payload.get("content"):
+        creates.append(("proposal", f"proposes: {_excerpt(str(payload['content']), 300)}"))
+    return RecordView(
+        record=record,
+        rows=changes,
+        more=max(0, len(keys) - MEMORIES_PER_RECORD),
+        creates=creates,
+        revertible=not record.dry_run and record.reverted_at is None and record.action not in (Action.DELETE,),
+    )
+
+
+def run_context(access: WorkspaceAccess, run: EvolutionRun, *, after: int = 0) -> dict[str, Any]:
+    """Everything the run body shows; also used by the progress socket to push the same partial."""
+    records, next_after = page_selectors.run_records_page(run=run, after=after, limit=RECORDS_PAGE)
+    ids = [k for r in records for k in _memory_keys(r)[:MEMORIES_PER_RECORD]]
+    rows = page_selectors.memories_shown(workspace=access.workspace, ids=ids)
+    urls = MemoryUrls(access.workspace.slug)
+    progress = run.progress or {}
+    total = int(progress.get("total") or len(run.evolvers) or 1)
+    done = int(progress.get("done") or 0)
+    finished = run.status != RunStatus.RUNNING
+    return {
+        "access": access,
+        "run": run,
+        "finished": finished,
+        "progress_done": done,
+        "progress_total": total,
+        "progress_percent": round(100 * done / total) if total else 100,
+        "progress_evolver": progress.get("evolver") or "",
+        "outcomes": (run.summary or {}).get("evolvers", []),
+        "counts": page_selectors.run_action_counts(run=run) if finished else [],
+        "records": [_record_view(r, rows, urls) for r in records],
+        "after": after,
+        "next_after": next_after,
+        "revertible_left": page_selectors.revertible_left(run=run)
+        if finished and not run.dry_run and run.status != RunStatus.REVERTED
+        else 0,
+        "run_url": _url("run", access.workspace.slug, run_id=run.id),
+        "progress_url": _url("run-progress", access.workspace.slug, run_id=run.id),
+        "apply_url": _url("run-apply", access.workspace.slug, run_id=run.id),
+        "revert_url": _url("run-revert", access.workspace.slug, run_id=run.id),
+    }
+
+
+RUNS: Final = "evolution/runs.html"
+RUN: Final = "evolution/run.html"
+
+
+def _runs_page(request: HttpRequest, access: WorkspaceAccess, form: RunStartForm, status: int = 200) -> HttpResponse:
+    runs = page_selectors.run_history(workspace=access.workspace)
+    return render(request, RUNS, {"access": access, "form": form, "runs": runs}, status=status)
+
+
+@login_required
+@require_GET
+@domain_errors
+def runs(request: HttpRequest, ws: str) -> HttpResponse:
+    return _runs_page(request, _access(request, ws), RunStartForm())
+
+
+@login_required
+@require_POST
+@domain_errors
+def run_start(request: HttpRequest, ws: str) -> HttpResponse:
+    """Preview (dry run) or apply the chosen evolvers; the run page then follows its progress."""
+    access = _edit(request, ws)
+    form = RunStartForm(request.POST)
+    if not form.is_valid():
+        return _runs_page(request, access, form, 400)
+    try:
+        run = curation.run_start(
+            workspace=access.workspace, actor=request.user, evolvers=form.cleaned_data["evolvers"], dry_run=form.dry_run
+        )
+    except InvalidInput as exc:
+        form.add_error("evolvers", exc.detail)
+        return _runs_page(request, access, form, 400)
+    return redirect(_url("run", ws, run_id=run.id))
+
+
+def _run(access: WorkspaceAccess, run_id: uuid.UUID) -> EvolutionRun:
+    run = page_selectors.run_one(workspace=access.workspace, run_id=run_id)
+    if run is None:
+        raise Http404(f"run {run_id} not found")
+    return run
+
+
+@login_required
+@require_GET
+@domain_errors
+def run_detail(request: HttpRequest, ws: str, run_id: uuid.UUID) -> HttpResponse:
+    access = _access(request, ws)
+    run = _run(access, run_id)
+    context = run_context(access, run, after=_int(request.GET.get("after")))
+    if _target(request) == "run-body":
+        return render(request, f"{RUN}#run_body", context)
+    return render(request, RUN, context)
+
+
+@login_required
+@require_GET
+@domain_errors
+def run_progress(request: HttpRequest, ws: str, run_id: uuid.UUID) -> HttpResponse:
+    """Polling fallback of the progress socket: the same run body partial."""
+    access = _access(request, ws)
+    run = _run(access, run_id)
+    if _target(request) is None:
+        return redirect(_url("run", ws, run_id=run.id))
+    return render(request, f"{RUN}#run_body", run_context(access, run))
+
+
+@login_required
+@require_POST
+@domain_errors
+def run_apply(request: HttpRequest, ws: str, run_id: uuid.UUID) -> HttpResponse:
+    """Apply the evolvers a dry run previewed (a new run: the workspace may have changed since)."""
+    access = _edit(request, ws)
+    preview = _run(access, run_id)
+    if not preview.dry_run or preview.status == RunStatus.RUNNING:
+        messages.error(request, "Only a finished preview (dry run) can be applied from here.")
+        return redirect(_url("run", ws, run_id=preview.id))
+    run = curation.run_start(workspace=access.workspace, actor=request.user, evolvers=preview.evolvers, dry_run=False)
+    return redirect(_url("run", ws, run_id=run.id))
+
+
+@login_required
+@require_POST
+@domain_errors
+def run_revert(request: HttpRequest, ws: str, run_id: uuid.UUID) -> HttpResponse:
+    access = _edit(request, ws)
+    run = _run(access, run_id)
+    try:
+        reverts = services.run_revert(workspace=access.workspace, run=run, actor=request.user)
+    except Conflict as exc:
+        messages.error(request, f"Not reverted: {exc.detail}")
+    else:
+        messages.success(request, f"Reverted the run: {len(reverts)} records undone.")
+    return redirect(_safe_next(request, _url("run", ws, run_id=run.id)))
+
+
+@login_required
+@require_POST
+@domain_errors
+def record_revert(request: HttpRequest, ws: str, record_id: int) -> HttpResponse:
+    access = _edit(request, ws)
+    back = _safe_next(request, _url("runs", ws))
+    try:
+        services.record_revert(workspace=access.workspace, record_id=record_id, actor=request.user)
+    except Conflict as exc:
+        messages.error(request, f"Not reverted: {exc.detail}")
+    else:
+        messages.success(request, f"Reverted record {record_id}.")
+    return redirect(back)
+
+
+# -- engine ---------------------------------------------------------------------------------------
+
+
+ENGINE: Final = "evolution/engine.html"
+
+
+def _engine_page(request: HttpRequest, access: WorkspaceAccess, status: int = 200, **extra: Any) -> HttpResponse:
+    outcomes, _ = engine.outcome_list(workspace=access.workspace, limit=20)
+    context = {
+        "access": access,
+        "model": engine.world_model_for(access.workspace),
+        "outcomes": outcomes,
+        "rules": engine.strategy_rules(workspace=access.workspace, statuses=(Status.ACTIVE, Status.ARCHIVED))[:50],
+        "reports": dream.dream_report_list(workspace=access.workspace, limit=10),
+        "pending": page_selectors.proposal_counts(workspace=access.workspace)[ProposalStatus.PENDING],
+        "import_form": extra.pop("import_form", None) or ImportForm(),
+        **extra,
+    }
+    return render(request, ENGINE, context, status=status)
+
+
+@login_required
+@require_GET
+@domain_errors
+def engine_page(request: HttpRequest, ws: str) -> HttpResponse:
+    return _engine_page(request, _access(request, ws))
+
+
+@login_required
+@require_POST
+@domain_errors
+def engine_evolve(request: HttpRequest, ws: str) -> HttpResponse:
+    access = _edit(request, ws)
+    result = engine.engine_evolve(workspace=access.workspace)
+    if result.empty:
+        messages.info(request, "No lesson was seen 3 times within 7 days without a proposal: nothing new to propose.")
+    else:
+        messages.success(
+            request,
+            format_html(
+                '{} new proposal(s), {} vetoed by the covenant, {} question(s). <a href="{}">Review them</a>.',
+                len(result.created),
+                len(result.vetoed),
+                len(result.questions),
+                _url("proposals", ws),
+            ),
+        )
+    return redirect(_url("engine", ws))
+
+
+DREAM: Final = "evolution/dream.html"
+
+
+def _dream_context(access: WorkspaceAccess, report: DreamReport) -> dict[str, Any]:
+    data = report.report or {}
+    urls = MemoryUrls(access.workspace.slug)
+
+    def linked(entries: Any) -> list[dict[str, Any]]:
+        return [{**e, "url": urls(e.get("memory_id"))} for e in entries or () if isinstance(e, dict)]
+
+    return {
+        "access": access,
+        "report": report,
+        "data": data,
+        "moves": [(name, linked(data.get(name))) for name in ("promoted", "demoted", "archived")],
+        "lowest": linked(data.get("lowest")),
+        "reflections": data.get("reflections") or [],
+        "pending": data.get("pending_proposals") or [],
+        "here": _url("dream-report", access.workspace.slug, report_id=report.pk) if report.pk else "",
+    }
+
+
+@login_required
+@require_POST
+@domain_errors
+def engine_dream(request: HttpRequest, ws: str) -> HttpResponse:
+    """Run the dream cycle (or preview it: the report of a dry run is shown, nothing is stored)."""
+    access = _edit(request, ws)
+    form = DreamForm(request.POST)
+    dry_run = bool(form.is_valid() and form.cleaned_data["dry_run"])
+    report = dream.dream_run(workspace=access.workspace, actor=request.user, dry_run=dry_run)
+    if dry_run:
+        return render(request, DREAM, _dream_context(access, report))
+    counts = report.report.get("counts", {})
+    messages.success(
+        request,
+        f"Dream done: {counts.get('promoted', 0)} promoted, {counts.get('demoted', 0)} demoted, "
+        f"{counts.get('archived', 0)} archived; {counts.get('pending_proposals', 0)} proposal(s) wait.",
+    )
+    return redirect(_url("dream-report", ws, report_id=report.pk))
+
+
+@login_required
+@require_GET
+@domain_errors
+def dream_report(request: HttpRequest, ws: str, report_id: int) -> HttpResponse:
+    access = _access(request, ws)
+    report = dream.dream_report_get(workspace=access.workspace, report_id=report_id)
+    return render(request, DREAM, _dream_context(access, report))
+
+
+@login_required
+@require_GET
+@domain_errors
+def engine_export(request: HttpRequest, ws: str) -> HttpResponse:
+    access = _access(request, ws)
+    files = memdir_io.memdir_export(workspace=access.workspace)
+    response = HttpResponse(memdir_io.memdir_zip(files), content_type="application/zip")
+    response["Content-Disposition"] = f'attachment; filename="memory-evolution-{access.workspace.slug}.zip"'
+    return response
+
+
+@login_required
+@require_POST
+@domain_errors
+def engine_import(request: HttpRequest, ws: str) -> HttpResponse:
+    """Import a zipped memory-evolution directory: all of it, or nothing and every problem listed."""
+    access = _edit(request, ws)
+    form = ImportForm(request.POST, request.FILES)
+    if not form.is_valid():
+        return _engine_page(request, access, 400, import_form=form)
+    upload = form.cleaned_data["file"]
+    try:
+        if upload.size is not None and upload.size > memdir_io.MAX_ZIP_BYTES:
+            raise InvalidInput(f"file: larger than {memdir_io.MAX_ZIP_BYTES // (1024 * 1024)} MB", field="file")
+        files = memdir_io.memdir_files_from_zip(upload.read())
+        summary = memdir_io.memdir_import(workspace=access.workspace, files=files, actor=request.user)
+    except memdir_io.DirectoryInvalid as exc:
+        return _engine_page(request, access, 400, import_form=form, import_problems=list(exc.problems))
+    except InvalidInput as exc:
+        form.add_error("file", exc.detail.removeprefix("file: "))
+        return _engine_page(request, access, 400, import_form=form)
+    created = ", ".join(f"{n} {k}" for k, n in summary.created.items() if n) or "nothing new"
+    skipped = sum(summary.skipped.values())
+    messages.success(request, f"Imported {created}" + (f"; {skipped} already here were skipped." if skipped else "."))
+    return redirect(_url("engine", ws))
