@@ -366,6 +366,8 @@ def conversation_ingest(
     turn_ids: list[uuid.UUID] = []
     mentions: list[tuple[Memory, str]] = []
     entity_names: dict[str, str] = {}
+    # An entity is as old as its first mention, so imported history does not look brand new.
+    first_seen: dict[str, datetime] = {}
     for s_index, session in enumerate(sessions):
         speakers = sorted({t.speaker for t in session.turns})
         session_memory = _build_memory(
@@ -410,6 +412,7 @@ def conversation_ingest(
                     # is a real entity, and the key must fit the subject column it is matched on.
                     continue
                 entity_names.setdefault(entity.key, entity.name)
+                first_seen.setdefault(entity.key, session.started_at)
                 mentions.append((turn_memory, entity.key))
 
     existing = (
@@ -427,7 +430,13 @@ def conversation_ingest(
         if key not in existing:
             entity_memory = _build_memory(
                 workspace,
-                MemoryInput(content=name, memory_type=MemoryType.ENTITY, subject=key, origin=entity_origin),
+                MemoryInput(
+                    content=name,
+                    memory_type=MemoryType.ENTITY,
+                    subject=key,
+                    origin=entity_origin,
+                    created_at=first_seen[key],
+                ),
                 entity_origin,
                 now,
             )

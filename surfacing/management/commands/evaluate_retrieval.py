@@ -33,6 +33,8 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 from memories import services as memory_services
 from memories.errors import DomainError
@@ -147,6 +149,9 @@ class Command(BaseCommand):
         parser.add_argument("--keep", action="store_true", help="keep the evaluation workspaces")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        executor = MigrationExecutor(connection)
+        if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+            raise CommandError("the database is not migrated: run `python manage.py migrate` (or `make run`) first")
         path: Path = options["file"]
         k = max(10, int(options["k"]))
         tuned = {"recency_time_constant_hours": float(options["recency_hours"])}
