@@ -70,8 +70,8 @@ def test_detail_query_count_is_fixed(
     browser: Client, linked: tuple[Memory, list[Memory]], django_assert_num_queries: Any
 ) -> None:
     center, _ = linked
-    # session, user, membership, navigation, memory, history, retrievals, edges.
-    with django_assert_num_queries(8):
+    # session, user, membership, navigation, pending proposals, memory, history, retrievals, edges.
+    with django_assert_num_queries(9):
         browser.get(url(center))
     browser.post(url(center, "edit/"), {"content": "Decision: JWT with refresh tokens"})
     browser.post(url(center, "pin/"), {"pinned": "true"})
@@ -87,7 +87,7 @@ def test_detail_query_count_is_fixed(
         )
         for i in range(30)
     )
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(9):
         html = browser.get(url(center)).content.decode()
     assert "retrievals (30)" in html
 

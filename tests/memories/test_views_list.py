@@ -183,12 +183,12 @@ def test_list_query_count_does_not_grow_with_rows(
 ) -> None:
     for i in range(3):
         make_memory(f"few {i}", tags=("t",))
-    # session, user, membership+workspace, navigation workspaces, the page of memories.
-    with django_assert_num_queries(5):
+    # session, user, membership+workspace, navigation workspaces, pending proposals, the page of memories.
+    with django_assert_num_queries(6):
         browser.get(LIST)
     for i in range(60):
         make_memory(f"many {i}", tags=("t",))
-    with django_assert_num_queries(5):
+    with django_assert_num_queries(6):
         assert len(rows_in(browser.get(LIST).content.decode())) == 50
 
 
