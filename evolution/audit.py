@@ -167,8 +167,7 @@ def record_revert_plan(record: EvolutionRecord) -> None:
             for name, value in fields.items():
                 if encode_value(name, getattr(memory, name)) != value:
                     raise Conflict(
-                        f"memory {mid} field {name} changed after record {record.pk}; revert the later "
-                        "change first",
+                        f"memory {mid} field {name} changed after record {record.pk}; revert the later change first",
                         code="revert_conflict",
                     )
     created = record.after.get(CREATED_MEMORIES, [])
@@ -187,9 +186,7 @@ def record_revert_plan(record: EvolutionRecord) -> None:
             )
     edge_changes = record.after.get(EDGE_CHANGES, {})
     if edge_changes:
-        edges = Edge.objects.filter(
-            workspace=record.workspace, id__in=[int(k) for k in edge_changes]
-        ).in_bulk()
+        edges = Edge.objects.filter(workspace=record.workspace, id__in=[int(k) for k in edge_changes]).in_bulk()
         for eid, fields in edge_changes.items():
             edge = edges.get(int(eid))
             if edge is None:
@@ -217,9 +214,7 @@ def record_apply_revert(record: EvolutionRecord) -> dict[str, Any]:
             Memory.objects.bulk_update(group, list(names), batch_size=500)
     edge_before = record.before.get(EDGE_CHANGES, {})
     if edge_before:
-        edges = Edge.objects.filter(
-            workspace=record.workspace, id__in=[int(k) for k in edge_before]
-        ).in_bulk()
+        edges = Edge.objects.filter(workspace=record.workspace, id__in=[int(k) for k in edge_before]).in_bulk()
         for eid, fields in edge_before.items():
             edge = edges[int(eid)]
             for name, value in fields.items():

@@ -65,9 +65,7 @@ class EvolutionRecord(models.Model):
     """One audited action. `before`/`after` hold exactly the field values needed to undo it."""
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="evolution_records")
-    run = models.ForeignKey(
-        EvolutionRun, null=True, blank=True, on_delete=models.CASCADE, related_name="records"
-    )
+    run = models.ForeignKey(EvolutionRun, null=True, blank=True, on_delete=models.CASCADE, related_name="records")
     evolver = models.CharField(max_length=64)
     action = models.CharField(max_length=12, choices=Action.choices)
     input_ids = models.JSONField(default=list)
@@ -79,9 +77,7 @@ class EvolutionRecord(models.Model):
     dry_run = models.BooleanField(default=False)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     reverted_at = models.DateTimeField(null=True, blank=True)
-    reverted_by = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reverts"
-    )
+    reverted_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reverts")
     timestamp = models.DateTimeField(default=timezone.now)
 
     class Meta:
