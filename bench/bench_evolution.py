@@ -4,8 +4,9 @@ Builds a workspace as a busy agent would leave it between two daily cycles, inse
 memories with hashing embeddings (98% already compared by the previous cycle's interference pass, 2%
 new, half of those near-duplicates of older memories), a 400-item working buffer from the last 90
 minutes, 200k retrieval events over 60 days from search / context / get / inspector result sets drawn
-from topics (10% newer than the previous cycle's Hebbian watermark) and 50k CO_RETRIEVED edges, plus
-the previous applied run that holds the evolvers' cursors.
+from topics (10% of them from the last day) and 50k CO_RETRIEVED edges. Yesterday's cycle really runs
+(decay, strengthening and Hebbian counting at now - 1 day, applied) before the last day's memories and
+retrievals are inserted, so profiles, archives and cursors are the ones a daily schedule leaves.
 
 Then, in one process and on the same data:
 1. a straightforward one-memory-at-a-time implementation of the same five evolvers (per-memory ORM
@@ -57,7 +58,7 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
     """Insert the workspace; returns counts and ids the naive samples draw from."""
     from django.db import transaction
 
-    from evolution.models import EvolutionRun, RunStatus
+    from evolution import selectors, services
     from memories.algorithms.embedding import rows_to_bytes
     from memories.algorithms.sortkey import activation_sort_key
     from memories.bulk import bulk_insert, new_instance
@@ -117,11 +118,10 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
             created = now - timedelta(hours=rng.uniform(1.0, 23.0))
         else:
             created = now - timedelta(minutes=rng.uniform(0.0, 90.0))
-        accessed = created + (now - created) * rng.random() if rng.random() < 0.5 and k < n_old + n_new else None
+        # Old memories were last used before yesterday's cycle.
+        horizon = now - timedelta(days=1) if k < n_old else now
+        accessed = created + (horizon - created) * rng.random() if rng.random() < 0.5 and k < n_old + n_new else None
         stability = rng.choice([15.0, 30.0, 30.0, 60.0])
-        # Earlier daily cycles already archived the episodes that decayed below 0.1.
-        since = (now - (accessed or created)).total_seconds() / 86_400
-        status = "archived" if kinds[k] == "episodic" and math.exp(-since / stability) < 0.1 else "active"
         mid = uuid.uuid4()
         ids.append(mid)
         metadata: dict[str, Any] = {"source": "bench"}
@@ -139,7 +139,6 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
                     "origin_tier": 1,
                     "retention_score": rng.uniform(0.3, 1.0) if kinds[k] != "working" else 1.0,
                     "stability": stability,
-                    "status": status,
                     "created_at": created,
                     "updated_at": created,
                     "last_accessed": accessed,
@@ -172,6 +171,15 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
     events.sort(key=lambda e: e[5])
     n_old_events = sum(1 for e in events if e[5] < now - timedelta(days=1))
 
+    def insert_events(rows: list[tuple[Any, ...]]) -> None:
+        RetrievalEvent.objects.bulk_create(
+            [
+                RetrievalEvent(workspace_id=w, memory_id=m, result_set=r, rank=rank, source=src, created_at=at)
+                for w, m, r, rank, src, at in rows
+            ],
+            batch_size=2000,
+        )
+
     edges: dict[tuple[int, int], int] = {}
     n_edges = 50_000 * n // 100_000
     while len(edges) < n_edges:
@@ -179,16 +187,12 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
         a, b = rng.sample(members, 2)
         edges[(min(a, b), max(a, b))] = rng.randint(1, 12)
 
+    # Phase 1: the workspace as yesterday's cycle found it, and that cycle (decay, strengthening and
+    # Hebbian counting; interference markers are already set) at now - 1 day, applied.
     started = time.perf_counter()
     with transaction.atomic():
-        bulk_insert(Memory, memories)
-        RetrievalEvent.objects.bulk_create(
-            [
-                RetrievalEvent(workspace_id=w, memory_id=m, result_set=r, rank=rank, source=src, created_at=at)
-                for w, m, r, rank, src, at in events
-            ],
-            batch_size=2000,
-        )
+        bulk_insert(Memory, memories[:n_old])
+        insert_events(events[:n_old_events])
         first = now - timedelta(days=90)
         bulk_insert(
             Edge,
@@ -209,26 +213,24 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
                 for (a, b), count in edges.items()
             ],
         )
-        watermark = (
-            RetrievalEvent.objects.filter(workspace=workspace)
-            .order_by("id")
-            .values_list("id", flat=True)[n_old_events - 1]
-        )
-        EvolutionRun.objects.create(
-            workspace=workspace,
-            evolvers=ENHANCED,
-            dry_run=False,
-            status=RunStatus.COMPLETED,
-            started_at=now - timedelta(days=1),
-            finished_at=now - timedelta(days=1),
-            summary={
-                "evolvers": [
-                    {"name": name, "status": "ok", "state": {"event_watermark": watermark} if "Hebbian" in name else {}}
-                    for name in ENHANCED
-                ]
-            },
-        )
     insert_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    yesterday = services.evolution_run(
+        workspace=workspace,
+        actor=None,
+        evolvers=["ExponentialDecay", "RetrievalBasedStrengthening", "HebbianCoRetrieval"],
+        dry_run=False,
+        now=now - timedelta(days=1),
+    )
+    previous_seconds = time.perf_counter() - started
+    assert yesterday.summary["counts"]["failed"] == 0, yesterday.summary
+    # Phase 2: what arrived since: new memories, the working buffer, the last day's retrievals.
+    started = time.perf_counter()
+    with transaction.atomic():
+        bulk_insert(Memory, memories[n_old:])
+        insert_events(events[n_old_events:])
+    insert_seconds += time.perf_counter() - started
+    watermark = selectors.evolver_cursor(workspace=workspace, name="HebbianCoRetrieval").state["event_watermark"]
     return {
         "workspace": workspace,
         "ids": ids,
@@ -240,6 +242,7 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
         "edges": len(edges),
         "embed_seconds": embed_seconds,
         "insert_seconds": insert_seconds,
+        "previous_seconds": previous_seconds,
         "watermark": watermark,
     }
 
@@ -466,7 +469,7 @@ def run_naive(data: dict[str, Any], now: datetime, samples: int) -> dict[str, tu
     rng = random.Random(5)
     n_old, n_new = data["n_old"], data["n_new"]
     ids = data["ids"]
-    active = ids[: n_old + n_new]
+    active = list(Memory.objects.filter(workspace=workspace, status="active").values_list("id", flat=True))
     episodic = list(
         Memory.objects.filter(workspace=workspace, memory_type="episodic", status="active").values_list("id", flat=True)
     )
@@ -556,7 +559,7 @@ def main() -> None:
         f"  {args.memories:,} memories ({data['n_new']:,} not yet compared, {data['n_working']} working), "
         f"{data['events']:,} retrieval events ({data['new_events']:,} since the last cycle), "
         f"{data['edges']:,} CO_RETRIEVED edges; embed {data['embed_seconds']:.1f} s, "
-        f"insert {data['insert_seconds']:.1f} s"
+        f"insert {data['insert_seconds']:.1f} s, yesterday's cycle {data['previous_seconds']:.1f} s"
     )
     print(f"naive one-memory-at-a-time implementation on samples of {args.sample} (rolled back) ...", flush=True)
     naive = run_naive(data, now, args.sample)

@@ -475,13 +475,22 @@ def _empty_profile(n: int, lookback_days: float) -> RetrievalProfile:
     )
 
 
+def _stored_profile(profile: RetrievalProfile, k: int, last_at: float) -> dict[str, Any]:
+    """The profile kept in Memory.retrieval_profile: the seed's keys, with the time of the last retrieval
+    (ISO, UTC) instead of its age, so a stored profile only changes when its counts or windows do."""
+    stored: dict[str, Any] = profile.as_dict(k)
+    del stored["last_retrieved_days_ago"]
+    stored["last_retrieved_at"] = datetime.fromtimestamp(last_at, UTC).isoformat(timespec="milliseconds")
+    return stored
+
+
 @register
 class RetrievalBasedStrengthening:
     """The testing effect: retrieved memories gain retention, unretrieved ones slowly lose it.
 
     Profiles (stored in Memory.retrieval_profile) come from the workspace's retrieval events of used
     sources (search, get, context, helpful; never inspector reads): total, search count, average
-    0-based search rank, velocity_7d / velocity_30d in retrievals per day, top-1 count, days since the
+    0-based search rank, velocity_7d / velocity_30d in retrievals per day, top-1 count, time of the
     last retrieval. Retrieved within 30 days: retention = min(1, base + 0.1 ln(1 + total) / (1 + rank) *
     v7 / (v30 + 1e-6)); otherwise retention *= 1 - 0.005 * elapsed_days. elapsed_days is capped by the
     time since this evolver's previous applied run, so running it hourly or daily decays alike instead
@@ -512,6 +521,7 @@ class RetrievalBasedStrengthening:
         rank_sum = np.zeros(n, np.float64)
         in_short = np.zeros(n, np.float64)
         in_lookback = np.zeros(n, np.float64)
+        last_at: dict[int, float] = {}
         for agg in selectors.retrieval_aggregates(
             workspace=workspace, now=now, lookback_days=lookback, short_days=SHORT_WINDOW_DAYS
         ):
@@ -525,6 +535,7 @@ class RetrievalBasedStrengthening:
             in_short[k] = agg.in_short
             in_lookback[k] = agg.in_lookback
             profile.last_retrieved_days_ago[k] = max(now_ts - agg.last_at, 0.0) / 86_400.0
+            last_at[k] = agg.last_at
         np.divide(rank_sum, search_count, out=profile.avg_rank, where=search_count > 0)
         profile.velocity_7d[:] = in_short / SHORT_WINDOW_DAYS
         profile.velocity_30d[:] = in_lookback / lookback
@@ -553,7 +564,7 @@ class RetrievalBasedStrengthening:
         profiles = 0
         for k in touched.tolist():
             old_ret, old_profile = rows[k][1], rows[k][3]
-            new_profile = profile.as_dict(k) if has_events[k] else old_profile
+            new_profile = _stored_profile(profile, k, last_at[k]) if has_events[k] else old_profile
             changes = {"retention_score": (old_ret, new_ret[k]), "retrieval_profile": (old_profile, new_profile)}
             profiles += new_profile != old_profile
             if retrieved[k]:

@@ -139,7 +139,21 @@ def test_strengthening_boost_follows_the_formula_and_stores_the_profile(kit: Any
     assert profile["velocity_7d"] == pytest.approx(v7)
     assert profile["velocity_30d"] == pytest.approx(v30)
     assert profile["top1_count"] == 0
-    assert profile["last_retrieved_days_ago"] == pytest.approx(0.5)
+    assert profile["last_retrieved_at"] == (kit.NOW - timedelta(days=0.5)).isoformat(timespec="milliseconds")
+
+
+def test_a_stored_profile_only_changes_when_its_counts_or_windows_do(kit: Any) -> None:
+    m = kit.mem("retrieved", retention_score=0.5, age_days=60)
+    kit.retrieve([m], age_days=2)
+    kit.run("RetrievalBasedStrengthening")
+    stored = fresh(m).retrieval_profile
+    later = kit.run("RetrievalBasedStrengthening", now=kit.NOW + timedelta(hours=3))
+    (record,) = EvolutionRecord.objects.filter(run=later, action="boost")
+    assert set(record.after[str(m.id)]) == {"retention_score"}
+    assert fresh(m).retrieval_profile == stored
+    week = kit.run("RetrievalBasedStrengthening", now=kit.NOW + timedelta(days=6))
+    (moved,) = [r for r in EvolutionRecord.objects.filter(run=week) if str(m.id) in r.after]
+    assert moved.after[str(m.id)]["retrieval_profile"]["velocity_7d"] == 0.0
 
 
 def test_strengthening_reference_formula_values() -> None:
