@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memories import services as memory_services
 from memories.demo import demo_load
+from memories.inputs import MemoryInput
 from memories.models import Memory, Workspace
 from surfacing import inspector, services
 from surfacing.algorithms.composite import ScoreBreakdown
@@ -181,6 +183,8 @@ def inspect(workspace: Workspace, **overrides: object) -> inspector.Inspection:
 def test_every_row_of_a_real_inspection_has_a_bar_that_adds_up_to_its_score(demo: Workspace) -> None:
     pinned = Memory.objects.get(workspace=demo, content__startswith="Lee set up Grafana")
     services.pin_put(workspace=demo, session_id="s1", memory=pinned, weight=2.0)
+    fresh = MemoryInput(content="Fresh note: why we pick JWT signing keys weekly.", memory_type="fact")
+    memory_services.memory_create(workspace=demo, actor=None, item=fresh)
     result = inspect(demo, compare=True)
     rows = [*result.primary.rows, *result.declined, *(r for view in result.columns for r in view.rows)]
     keys: set[str] = set()
