@@ -132,6 +132,9 @@ def _excerpt(text: str, length: int = EXCERPT) -> str:
 def _shown(value: Any, length: int = 200) -> str:
     if value is None or value == "":
         return "—"
+    if isinstance(value, float):
+        # Six significant digits: retention 0.9999984193672903 reads as 0.999998, and small values keep theirs.
+        return f"{value:.6g}"
     text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
     return _excerpt(text, length)
 
