@@ -149,21 +149,26 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
                 },
             )
         )
-    by_topic: dict[int, list[int]] = defaultdict(list)
+    # Yesterday's retrievals and edges only know yesterday's memories; the last day's know all of them.
+    old_topics: dict[int, list[int]] = defaultdict(list)
+    all_topics: dict[int, list[int]] = defaultdict(list)
     for k in range(n - n_working):
-        by_topic[topic_of[k]].append(k)
-    topic_list = [t for t, members in by_topic.items() if len(members) >= 3]
+        all_topics[topic_of[k]].append(k)
+        if k < n_old:
+            old_topics[topic_of[k]].append(k)
+    topic_list = [t for t, members in old_topics.items() if len(members) >= 3]
 
     events = []
     n_sets = 40_000 * n // 100_000
     sources = ["search"] * 6 + ["context"] * 2 + ["get", "inspector"]
     for s in range(n_sets):
-        members = by_topic[rng.choice(topic_list)]
+        recent = s >= n_sets * 0.9
+        members = (all_topics if recent else old_topics)[rng.choice(topic_list)]
         source = rng.choice(sources)
         size = 1 if source == "get" else min(len(members), 5)
         picked = rng.sample(members, size)
-        # The last 10% of result sets arrive after the previous cycle (beyond the Hebbian watermark).
-        age_days = rng.uniform(1.0, 60.0) if s < n_sets * 0.9 else rng.uniform(0.0, 1.0)
+        # The last 10% of result sets arrive after yesterday's cycle (beyond its Hebbian watermark).
+        age_days = rng.uniform(0.0, 1.0) if recent else rng.uniform(1.0, 60.0)
         at = now - timedelta(days=age_days)
         result_set = uuid.uuid4()
         for rank, k in enumerate(picked):
@@ -183,7 +188,7 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
     edges: dict[tuple[int, int], int] = {}
     n_edges = 50_000 * n // 100_000
     while len(edges) < n_edges:
-        members = by_topic[rng.choice(topic_list)]
+        members = old_topics[rng.choice(topic_list)]
         a, b = rng.sample(members, 2)
         edges[(min(a, b), max(a, b))] = rng.randint(1, 12)
 
