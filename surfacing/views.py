@@ -157,6 +157,7 @@ def inspector_save(request: HttpRequest, ws: str) -> HttpResponse:
     back = _safe_next(request, str(request.POST.get("next") or ""), _page_url(ws))
     error = ""
     message = ""
+    saved_controls: list[inspector.Control] = []
     if not form.is_valid():
         error = "Not saved: " + " ".join(str(e) for errors in form.errors.values() for e in errors)
     elif not form.changes():
@@ -168,14 +169,24 @@ def inspector_save(request: HttpRequest, ws: str) -> HttpResponse:
             before, {k: v for k, v in changes.items() if k != "mode"}, changes.get("mode")
         )
         try:
-            services.settings_update(workspace=access.workspace, actor=request.user, surfacing=changes)
+            current = services.settings_update(workspace=access.workspace, actor=request.user, surfacing=changes)
         except InvalidInput as exc:
             error = f"Not saved: {exc.detail}"
         else:
+            # The what-if panel is not part of the swap: refresh the knobs that changed (out of band).
+            saved_controls = [c for c in inspector.whatif_controls(current.surfacing, {}) if c.knob.key in changes]
             summary = "; ".join(f"{c.label} {c.before} → {c.after}" for c in described)
             message = f"Saved as the workspace's settings ({summary}). Agents and the API use them from now on."
     if partial:
-        return _save_box(request, access, 400 if error else 200, save_error=error, save_message=message, page_url=back)
+        return _save_box(
+            request,
+            access,
+            400 if error else 200,
+            save_error=error,
+            save_message=message,
+            page_url=back,
+            saved_controls=saved_controls,
+        )
     if error:
         messages.error(request, error)
     else:

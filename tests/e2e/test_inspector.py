@@ -189,6 +189,10 @@ def test_saved_settings_are_used_by_the_api(
     expect(page.locator("#whatif-save")).to_contain_text("Personalized PageRank: on → off")
     page.locator("#save-settings").click()
     expect(page.locator("#whatif-save")).to_contain_text("Saved as the workspace's settings")
+    # The knobs now show the new values as saved, without a page load.
+    expect(page.locator("#h-centrality_weight .saved")).to_have_text("1.5")
+    expect(page.locator("#knob-centrality_weight")).to_have_class("knob")
+    expect(page.locator("#k-centrality_weight")).to_have_value("1.5")
     context = api_context(e2e_server, e2e_user.token, slug, {"query": QUERY, "mode": "router"})
     assert context["settings"]["centrality_weight"] == 1.5
     assert context["settings"]["ppr_enabled"] is False

@@ -286,6 +286,8 @@ def test_htmx_save_answers_with_the_save_box(demo: Workspace, owner: Client) -> 
     assert response.status_code == 200
     assert html.lstrip().startswith('<div id="whatif-save"')
     assert "Recency time constant 24 h → 720 h" in html
+    assert 'id="knob-recency_time_constant_hours" hx-swap-oob="true"' in html
+    assert 'id="knob-ppr_enabled"' not in html
     assert reload(demo).surfacing_settings == {"recency_time_constant_hours": 720.0}
 
 
