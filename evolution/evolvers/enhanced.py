@@ -57,7 +57,7 @@ from memories.algorithms.embedding import stack_embeddings, to_bytes
 from memories.algorithms.sortkey import activation_sort_key
 from memories.embeddings import default_embedder
 from memories.errors import InvalidInput
-from memories.inputs import MAX_TAGS, origin_tier
+from memories.inputs import MAX_CONTENT_CHARS, MAX_TAGS, origin_tier
 from memories.models import Edge, EdgeType, Memory, MemoryType, Status, Workspace
 from memories.services import graph_touch
 
@@ -68,6 +68,7 @@ INTERFERENCE_MARKER = selectors.INTERFERENCE_MARKER
 PROMOTED_TO_EPISODIC = "promoted_to_episodic"
 WORKING_EXPIRED = "working_expired"
 EDGE_RECORD_CHUNK = 500
+LISTED_SOURCES = 50
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 # An item joins a seed only when exp(-|dt| / 3600 s) > 0.5, i.e. |dt| < 3600 ln 2 = 2495.3 s.
@@ -148,6 +149,15 @@ def cluster_buffer(items: Sequence[WorkingItem], *, block: int = _CLUSTER_BLOCK)
     return clusters
 
 
+def _bounded(content: str) -> str:
+    """Keep an episode within the memory content limit (a buffer left to grow for days can be huge)."""
+    if len(content) <= MAX_CONTENT_CHARS:
+        return content
+    cut = content.rfind("\n", 0, MAX_CONTENT_CHARS - 80)
+    kept = content[: cut if cut > 0 else MAX_CONTENT_CHARS - 80]
+    return f"{kept}\n[... {content.count(chr(10)) - kept.count(chr(10))} more lines]"
+
+
 def _union_tags(tag_lists: Sequence[Sequence[str]]) -> list[str]:
     seen: dict[str, None] = {}
     for tags in tag_lists:
@@ -189,7 +199,7 @@ class EnhancedWorkingToEpisodic:
         plans: list[tuple[list[int], Memory | None]] = []
         for cluster in clusters:
             members = [items[k] for k in cluster]
-            content = episode_summary(members, now_ts)
+            content = _bounded(episode_summary(members, now_ts))
             episode: Memory | None = None
             if content:
                 subjects = {rows[k][3] for k in cluster}
@@ -206,7 +216,11 @@ class EnhancedWorkingToEpisodic:
                     activation_last_boost_at=now,
                     created_at=now,
                     updated_at=now,
-                    metadata={"promoted_from": [str(rows[k][0]) for k in cluster]},
+                    # Every source is linked by a DERIVED_FROM edge; metadata names the first few only.
+                    metadata={
+                        "promoted_from": [str(rows[k][0]) for k in cluster[:LISTED_SOURCES]],
+                        "source_count": len(cluster),
+                    },
                 )
                 episode.activation_sort_key = activation_sort_key(
                     episode.activation_score, now, episode.activation_half_life_hours

@@ -312,6 +312,8 @@ def test_working_buffer_at_threshold_consolidates_into_episodes(kit: Any) -> Non
     assert episode.origin == "evolver:EnhancedWorkingToEpisodic"
     assert episode.origin_tier == 2
     assert episode.embedding is not None
+    assert episode.metadata["source_count"] == 31
+    assert len(episode.metadata["promoted_from"]) == 31
     lines = episode.content.split("\n")
     assert len(lines) == 31
     assert all(line.startswith("[w=1.00] deploy the billing") for line in lines)
@@ -355,3 +357,16 @@ def test_windowed_clustering_equals_cluster_working_on_large_buffers() -> None:
         text = " ".join(rng.choice(words, size=int(rng.integers(2, 6))))
         items.append(WorkingItem(index=k, content=text, created_at_ts=t))
     assert cluster_buffer(items, block=64) == cluster_working(items)
+
+
+def test_an_episode_of_a_huge_buffer_stays_within_the_content_limit() -> None:
+    from evolution.evolvers.enhanced import _bounded
+    from memories.inputs import MAX_CONTENT_CHARS
+
+    lines = [f"[w=1.00] note {k} " + "x" * 80 for k in range(3000)]
+    bounded = _bounded("\n".join(lines))
+    assert len(bounded) <= MAX_CONTENT_CHARS
+    kept = bounded.split("\n")[:-1]
+    assert kept == lines[: len(kept)]
+    assert bounded.endswith(f"[... {3000 - len(kept)} more lines]")
+    assert _bounded("short") == "short"
