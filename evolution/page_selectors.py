@@ -61,7 +61,7 @@ def proposal_counts(*, workspace: Workspace) -> dict[str, int]:
 
 def proposal_queue(*, workspace: Workspace, tab: str, kind: str = "", after: int = 0, limit: int = 50) -> QueuePage:
     """One page of proposals for a tab: pending (oldest first: the review order), decided or vetoed
-    (newest decision first). `after` is the cursor of the previous page (a proposal id)."""
+    (newest first). `after` is the cursor of the previous page (a proposal id)."""
     rows = Proposal.objects.filter(workspace=workspace).select_related("decided_by", "applied_record")
     if kind:
         rows = rows.filter(kind=kind)

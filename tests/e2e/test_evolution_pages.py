@@ -277,3 +277,38 @@ def test_the_engine_page_previews_a_dream_and_exports(page: Page, e2e_workspace:
     page.get_by_role("button", name="Preview the dream").click()
     expect(page.get_by_role("heading", name="Dream preview")).to_be_visible()
     expect(page.locator("#dream-counts")).to_contain_text("1 rules and corrections scored")
+
+
+def test_approve_and_apply_work_without_javascript(
+    browser: Any, e2e_server: E2EServer, logged_in_state: dict[str, Any], e2e_workspace: Workspace
+) -> None:
+    long_ago = (datetime.now(UTC) - timedelta(days=200)).isoformat()
+    old = "Old episode: the 2018 retro"
+    ws = e2e_workspace(
+        "nojs-evolution-ws", memories=[*SOURCES, {"content": old, "memory_type": "episodic", "created_at": long_ago}]
+    )
+    ids = make_proposals(e2e_server, ws["slug"], ws["ids"][:3])
+    context = browser.new_context(base_url=e2e_server.url, storage_state=logged_in_state, java_script_enabled=False)
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    try:
+        page.goto(f"/w/{ws['slug']}/evolution/proposals/")
+        page.locator(f"#proposal-{ids['summary']}").get_by_role("button", name="Approve").click()
+        expect(page.locator("#messages")).to_contain_text(f"Proposal #{ids['summary']} approved")
+        strategy = page.locator(f"#proposal-{ids['strategy']}")
+        strategy.get_by_label("Reason").fill("Not for this team")
+        strategy.get_by_role("button", name="Reject").click()
+        expect(page.locator("#messages")).to_contain_text(f"Proposal #{ids['strategy']} rejected")
+        expect(memory_list(page, ws["slug"])).to_contain_text(SUMMARY)
+
+        page.goto(f"/w/{ws['slug']}/evolution/runs/")
+        for box in page.locator("#run-form input[name=evolvers]").all():
+            box.uncheck()
+        page.get_by_label("ExponentialDecay", exact=True).check()
+        page.get_by_role("button", name="Preview (dry run)").click()
+        expect(page.locator("#run-body")).to_contain_text("What applying would change", timeout=20_000)
+        page.get_by_role("button", name="Apply these evolvers").click()
+        expect(page.locator("#run-body")).to_contain_text("What changed", timeout=20_000)
+        expect(memory_list(page, ws["slug"])).not_to_contain_text(old)
+    finally:
+        context.close()

@@ -664,6 +664,7 @@ async def test_the_socket_pushes_the_run_body_to_members_only(
 ) -> None:
     from asgiref.sync import sync_to_async
     from django.contrib.auth import get_user_model
+    from django.db import connections
 
     run = await sync_to_async(EvolutionRun.objects.create)(
         workspace=workspace,
@@ -699,6 +700,8 @@ async def test_the_socket_pushes_the_run_body_to_members_only(
     )
     assert await communicator.receive_nothing(timeout=0.3)
     await communicator.disconnect()
+    # The consumer's ORM calls ran in asgiref's thread: close its connection so the test database can be dropped.
+    await sync_to_async(connections.close_all)()
 
 
 # -- engine ---------------------------------------------------------------------------------------
