@@ -3,8 +3,10 @@ revert, and the memory list following every step."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -312,3 +314,56 @@ def test_approve_and_apply_work_without_javascript(
         expect(memory_list(page, ws["slug"])).not_to_contain_text(old)
     finally:
         context.close()
+
+
+def _contrast_js() -> str:
+    """The WCAG contrast checker of the memory browser's tests (test modules are not importable by name)."""
+    spec = importlib.util.spec_from_file_location(
+        "_memory_browser_e2e", Path(__file__).with_name("test_memory_browser.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return str(module._CONTRAST_JS)
+
+
+def test_text_contrast_passes_wcag_aa_on_the_evolution_pages(
+    page: Page, e2e_server: E2EServer, e2e_workspace: Workspace
+) -> None:
+    ws = e2e_workspace(
+        "contrast-evolution-ws",
+        memories=[
+            *SOURCES,
+            {"content": "The deploy pipeline is green", "memory_type": "state", "subject": "deploy pipeline"},
+            {"content": "The deploy pipeline is red", "memory_type": "state", "subject": "deploy pipeline"},
+        ],
+    )
+    ids = make_proposals(e2e_server, ws["slug"], ws["ids"][:3])
+    e2e_server.run(
+        """
+        from evolution import proposals, services
+        from memories.models import Workspace
+        ws = Workspace.objects.get(slug=params["slug"])
+        proposals.proposal_reject(workspace=ws, proposal_id=params["id"], actor=None, reason="not now")
+        services.evolution_run(workspace=ws, actor=None, evolvers=["ExponentialDecay"], dry_run=True)
+        """,
+        slug=ws["slug"],
+        id=ids["strategy"],
+    )
+    checker = _contrast_js()
+    base = f"/w/{ws['slug']}/evolution"
+    page.goto(base + "/runs/")
+    page.locator("#run-table a").first.click()
+    run_url = page.url
+    for url in (
+        base + "/proposals/",
+        base + "/proposals/?status=decided",
+        base + "/contradictions/",
+        base + "/drift/",
+        base + "/runs/",
+        run_url,
+        base + "/engine/",
+    ):
+        page.goto(url)
+        failures = page.evaluate(checker)
+        assert failures == [], f"{url}: {failures}"
