@@ -321,6 +321,15 @@ def test_modify_then_approve_applies_the_reviewers_summary(
     assert (made.memory_type, made.confidence) == ("preference", 0.9)
 
 
+def test_cancelling_a_modification_swaps_the_card_back(browser: Client, workspace: Workspace) -> None:
+    proposal = strategy_proposal(workspace)
+    response = browser.get(f"{BASE}/proposals/{proposal.pk}/", **hx(f"proposal-{proposal.pk}"))
+    html = html_of(response)
+    assert f'<article id="proposal-{proposal.pk}"' in html and "<html" not in html and "If you approve" in html
+    page = html_of(browser.get(f"{BASE}/proposals/{proposal.pk}/?modify=1"))
+    assert "Approve my version" in page and 'name="p' + str(proposal.pk) + '-rule"' in page
+
+
 def test_a_rewritten_strategy_the_covenant_refuses_is_a_400_on_the_form(browser: Client, workspace: Workspace) -> None:
     proposal = strategy_proposal(workspace)
     prefix = f"p{proposal.pk}-"
