@@ -19,6 +19,7 @@ line pick it up.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sqlite3
 import sys
@@ -366,7 +367,8 @@ SCENARIO_BUILDERS: list[Callable[[Context], list[Scenario]]] = [list_scenarios, 
 @dataclass(frozen=True)
 class Result:
     scenario: Scenario
-    times_ms: list[float]
+    times_ms: list[float]  # wall clock: what a visitor waits for
+    cpu_ms: list[float]  # this process's CPU time: the same request on an idle machine
 
     @property
     def p50(self) -> float:
@@ -376,18 +378,23 @@ class Result:
     def p95(self) -> float:
         return percentile(self.times_ms, 95)
 
+    @property
+    def cpu_p95(self) -> float:
+        return percentile(self.cpu_ms, 95)
+
 
 def measure(client: Any, scenario: Scenario, warmup: int = 3) -> Result:
     for url in scenario.urls[:warmup]:
         client.get(url)
-    times = []
+    times, cpu = [], []
     for url in scenario.urls:
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         response = client.get(url)
         times.append((time.perf_counter() - started) * 1000)
+        cpu.append((time.process_time() - started_cpu) * 1000)
         if response.status_code != 200:
             raise RuntimeError(f"{url} answered {response.status_code}")
-    return Result(scenario, times)
+    return Result(scenario, times, cpu)
 
 
 def main() -> None:
@@ -421,29 +428,36 @@ def main() -> None:
     scenarios = [s for build in SCENARIO_BUILDERS for s in build(ctx) if args.only in s.name]
 
     results = []
-    print(f"\n{'scenario':<42} {'n':>5} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
+    print(f"\n{'scenario':<42} {'n':>5} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'cpu p95':>8}")
     for scenario in scenarios:
         result = measure(client, scenario)
         results.append(result)
         print(
             f"{scenario.name:<42} {len(result.times_ms):>5} {result.p50:>8.1f} {result.p95:>8.1f} "
-            f"{max(result.times_ms):>8.1f}",
+            f"{max(result.times_ms):>8.1f} {result.cpu_p95:>8.1f}",
             flush=True,
         )
     failed = False
     print()
     for page, target in TARGETS_MS.items():
-        times = [t for r in results if r.scenario.page == page for t in r.times_ms]
-        if not times:
+        mine = [r for r in results if r.scenario.page == page]
+        if not mine:
             continue
-        p95 = percentile(times, 95)
-        worst = max((r for r in results if r.scenario.page == page), key=lambda r: r.p95)
+        p95 = percentile([t for r in mine for t in r.times_ms], 95)
+        cpu_p95 = percentile([t for r in mine for t in r.cpu_ms], 95)
+        worst = max(mine, key=lambda r: r.p95)
         ok = p95 <= target
         failed |= not ok
         print(
-            f"{page} page on {args.memories:,} memories: p95 {p95:.1f} ms over {len(times)} requests "
-            f"(target <= {target:.0f} ms: {'ok' if ok else 'MISSED'}); slowest scenario "
-            f"'{worst.scenario.name}' p95 {worst.p95:.1f} ms"
+            f"{page} page on {args.memories:,} memories: p95 {p95:.1f} ms wall, {cpu_p95:.1f} ms CPU over "
+            f"{sum(len(r.times_ms) for r in mine)} requests (target <= {target:.0f} ms: "
+            f"{'ok' if ok else 'MISSED'}); slowest scenario '{worst.scenario.name}' p95 {worst.p95:.1f} ms"
+        )
+    load = os.getloadavg()[0]
+    if load > (os.cpu_count() or 1):
+        print(
+            f"note: load average {load:.1f} on {os.cpu_count()} CPUs while measuring; wall times include "
+            "waiting for a CPU, the CPU column is what the requests cost"
         )
     sys.exit(1 if failed else 0)
 

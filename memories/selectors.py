@@ -145,14 +145,28 @@ def lexical_search(
     return [(r[0] if isinstance(r[0], uuid.UUID) else uuid.UUID(r[0]), float(r[1])) for r in rows]
 
 
-def _fts_filter(workspace: Workspace, query: str) -> Q:
+def _fts_filter(workspace: Workspace, query: str, *, plan_probes: bool = False) -> Q:
     terms = query_terms(query)
     if not terms:
         return Q()
     if connection.vendor == "sqlite":
+        expression = fts5_expression(terms)
+        if plan_probes and _fts_is_common(expression):
+            # A common term matches a large share of all memories: reading memory_id/workspace_id of
+            # every match from the FTS content table cost seconds at 1M memories. Instead the list's
+            # ordered index is walked and each row checked against the match set (FTS rowids only,
+            # read from the doclist), so a page reads about limit / share rows.
+            return Q(
+                RawSQL(
+                    "(SELECT fts_rowid FROM memories_fts_map WHERE memory_id = memories_memory.id) IN "
+                    "(SELECT rowid FROM memories_fts WHERE memories_fts MATCH %s)",
+                    (expression,),
+                    output_field=BooleanField(),
+                )
+            )
         raw = RawSQL(
             "SELECT memory_id FROM memories_fts WHERE memories_fts MATCH %s AND workspace_id = %s",
-            (fts5_expression(terms), workspace.pk),
+            (expression, workspace.pk),
         )
     else:
         config = _pg_config(terms)
@@ -162,6 +176,55 @@ def _fts_filter(workspace: Workspace, query: str) -> Q:
             (workspace.pk, tsquery_expression(terms)),
         )
     return Q(id__in=raw)
+
+
+# A value is "common" when it covers at least 1/_COMMON_SHARE of the rows (and at least _COMMON_MIN): then
+# walking an ordered index and filtering finds a page within ~limit * _COMMON_SHARE rows, while
+# gathering every matching row and sorting it grows with the match count. Below the line the
+# gather-and-sort plan touches at most the threshold's worth of rows. Both probes stop counting at
+# the threshold, so deciding costs a bounded index walk.
+_COMMON_SHARE = 200
+_COMMON_MIN = 1000
+
+
+def _fts_is_common(expression: str) -> bool:
+    """SQLite: does an FTS5 expression match a large share of all indexed memories? One query.
+
+    Counted over the whole FTS table (its doclists are cheap to walk; filtering by workspace is not),
+    so in a very uneven multi-workspace database the estimate is global, not per workspace.
+    """
+    threshold = f"max({_COMMON_MIN}, coalesce((SELECT max(rowid) FROM memories_fts), 0) / {_COMMON_SHARE})"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {threshold}, (SELECT count(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH %s "
+            f"LIMIT {threshold}))",
+            (expression,),
+        )
+        limit, found = cursor.fetchone()
+    return int(found) >= int(limit)
+
+
+def _type_filter(workspace: Workspace, memory_type: str) -> Q:
+    """Filter by type so that SQLite pages a common type along the list's ordered index.
+
+    SQLite's planner prefers the (workspace, memory_type, subject) index for an equality on the type
+    and then sorts every memory of that type (125k of 1M: 0.5 s) even when LIMIT 51 would be served
+    by walking the ordering index. For a common type the unary plus (`+memory_type`) keeps the type
+    index out of the plan; a rare type keeps it, since walking the ordering index would then read
+    most of the workspace. PostgreSQL's planner weighs LIMIT itself.
+    """
+    if connection.vendor != "sqlite":
+        return Q(memory_type=memory_type)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM memories_memory WHERE workspace_id = %s AND memory_type = %s "
+            "LIMIT %s)",
+            (workspace.pk, memory_type, _COMMON_MIN * 5),
+        )
+        common = int(cursor.fetchone()[0]) >= _COMMON_MIN * 5
+    if not common:
+        return Q(memory_type=memory_type)
+    return Q(RawSQL('+"memories_memory"."memory_type" = %s', (memory_type,), output_field=BooleanField()))
 
 
 def _pg_config(terms: list[str]) -> str:
@@ -254,10 +317,17 @@ def decode_cursor(cursor: str, ordering: str) -> tuple[Any, uuid.UUID]:
         raise invalid from None
 
 
-def memory_queryset(*, workspace: Workspace, filters: MemoryFilters) -> QuerySet[Memory]:
+def memory_queryset(*, workspace: Workspace, filters: MemoryFilters, plan_probes: bool = False) -> QuerySet[Memory]:
+    """The filtered memories of a workspace.
+
+    `plan_probes` (SQLite) spends one bounded query per type or search filter to pick the plan that
+    stays fast at 1M memories for common and rare values alike (see _type_filter, _fts_is_common).
+    """
     qs = Memory.objects.filter(workspace=workspace)
     if filters.memory_type:
-        qs = qs.filter(memory_type=filters.memory_type)
+        qs = qs.filter(
+            _type_filter(workspace, filters.memory_type) if plan_probes else Q(memory_type=filters.memory_type)
+        )
     if filters.status:
         qs = qs.filter(status=filters.status)
     if filters.tier:
@@ -288,7 +358,7 @@ def memory_queryset(*, workspace: Workspace, filters: MemoryFilters) -> QuerySet
                 )
             )
     if filters.q:
-        qs = qs.filter(_fts_filter(workspace, filters.q))
+        qs = qs.filter(_fts_filter(workspace, filters.q, plan_probes=plan_probes))
     return qs
 
 
@@ -299,6 +369,7 @@ def memory_list(
     ordering: str = DEFAULT_ORDERING,
     cursor: str | None = None,
     limit: int = 50,
+    plan_probes: bool = False,
 ) -> MemoryPage:
     """Return one page ordered by `ordering` then id; the cursor is the last row's (value, id).
 
@@ -312,7 +383,7 @@ def memory_list(
     column, desc = ORDERINGS[ordering]
     op = "lt" if desc else "gt"
     nullable = column == "last_accessed"
-    qs = memory_queryset(workspace=workspace, filters=filters)
+    qs = memory_queryset(workspace=workspace, filters=filters, plan_probes=plan_probes)
     if cursor:
         value, last_id = decode_cursor(cursor, ordering)
         if value is None:
@@ -320,9 +391,13 @@ def memory_list(
             qs = qs.filter(**{f"{column}__isnull": True, f"id__{op}": last_id})
         else:
             after = Q(**{f"{column}__{op}": value}) | Q(**{column: value, f"id__{op}": last_id})
+            # The redundant bound (column <= value) is what lets SQLite start the index walk at the
+            # cursor; with the OR alone it walked from the first row, so page 10,000 read 500k rows.
+            bound = Q(**{f"{column}__{op}e": value})
             if nullable:
                 after |= Q(**{f"{column}__isnull": True})
-            qs = qs.filter(after)
+                bound |= Q(**{f"{column}__isnull": True})
+            qs = qs.filter(bound, after)
     primary = F(column).desc(nulls_last=True) if desc else F(column).asc(nulls_last=True)
     qs = qs.order_by(primary, "-id" if desc else "id")
     rows = list(qs.defer("embedding", "snapshots")[: limit + 1])

@@ -206,6 +206,7 @@ def memory_list(request: HttpRequest, ws: str) -> HttpResponse:
                 ordering=form.ordering_value(),
                 cursor=request.GET.get("cursor") or None,
                 limit=PAGE_SIZE,
+                plan_probes=True,
             )
         except InvalidInput as exc:
             error, status = exc.detail, 400
@@ -476,7 +477,7 @@ def history_chart(
     boost = memory.activation_last_boost_at
     if boost is not None and boost < now:
         step = (now - boost) / 24
-        act.extend((boost + step * i, _activation_now_at(memory, boost + step * i)) for i in range(25))
+        act.extend((boost + step * i, _activation_now(memory, boost + step * i)) for i in range(25))
     else:
         act.append((now, _activation_now(memory, now)))
     ret.append((now, memory.retention_score))
@@ -515,12 +516,6 @@ def history_chart(
             f"Activation now {_activation_now(memory, now):.2f}, retention {memory.retention_score:.2f}; "
             f"{len(retrievals)} retrievals and {len(act) + len(ret)} plotted values since {start:%Y-%m-%d}."
         ),
-    )
-
-
-def _activation_now_at(memory: Memory, at: datetime) -> float:
-    return decayed_activation(
-        memory.activation_score, memory.activation_last_boost_at, memory.activation_half_life_hours, at
     )
 
 

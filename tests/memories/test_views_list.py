@@ -273,3 +273,38 @@ def test_editor_role_gets_edit_controls(
     html = client.get(LIST).content.decode()
     assert 'name="ids"' in html
     assert "New memory" in html
+
+
+def test_common_type_and_search_pick_the_plan_that_walks_the_ordered_index(
+    browser: Client, make_memory: Callable[..., Memory], django_assert_num_queries: Any
+) -> None:
+    """At 1M memories a common type or word must not gather-and-sort every match (bench-pages).
+
+    The probes count at least 5,000 rows of the type and 1,000 matches (1/200 of the index), so the
+    pages must also stay correct on the walking plan; both plans are exercised here.
+    """
+    from memories import selectors
+
+    make_memory("kafka decision", memory_type="decision")
+    with django_assert_num_queries(6 + 2):  # one probe for the type, one for the search
+        html = browser.get(LIST, {"type": "decision", "q": "kafka"}).content.decode()
+    assert "kafka decision" in html
+    filters = selectors.MemoryFilters(memory_type="decision", q="kafka")
+    ws = Workspace.objects.get(slug="acme")
+    small = str(selectors.memory_queryset(workspace=ws, filters=filters, plan_probes=True).query)
+    assert '+"memories_memory"."memory_type"' not in small and "memories_fts_map" not in small
+    base = timezone.now() - timedelta(days=1)
+    from memories import services
+    from memories.inputs import MemoryInput
+
+    items = [MemoryInput(content=f"kafka lag {i}", memory_type="decision", created_at=base) for i in range(5000)]
+    services.memories_create(workspace=ws, actor=None, items=items)
+    big = str(selectors.memory_queryset(workspace=ws, filters=filters, plan_probes=True).query)
+    assert '+"memories_memory"."memory_type"' in big and "memories_fts_map" in big
+    page = selectors.memory_list(workspace=ws, filters=filters, ordering="-created", limit=50, plan_probes=True)
+    assert page.results[0].content == "kafka decision"
+    second = selectors.memory_list(
+        workspace=ws, filters=filters, ordering="-created", cursor=page.next_cursor, limit=50, plan_probes=True
+    )
+    assert not {m.id for m in page.results} & {m.id for m in second.results}
+    assert all(m.memory_type == "decision" and "kafka" in m.content for m in second.results)
