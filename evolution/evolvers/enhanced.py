@@ -246,6 +246,7 @@ class EnhancedWorkingToEpisodic:
                 for episode, vector in zip(episodes, vectors, strict=True):
                     episode.embedding = to_bytes(vector)
                 Memory.objects.bulk_create(episodes, batch_size=500)
+                graph_touch(workspace=workspace)  # before the insert: see memories.services.graph_touch
                 created = Edge.objects.bulk_create(
                     [
                         Edge(
@@ -260,7 +261,6 @@ class EnhancedWorkingToEpisodic:
                     batch_size=1000,
                 )
                 edge_ids = {pair: e.pk for pair, e in zip(edges, created, strict=True)}
-                graph_touch(workspace=workspace)
             write_memory_updates([source_updates])
         changes = dict(zip(source_updates.ids, source_updates.changes, strict=True))
         for cluster, episode in plans:
@@ -573,8 +573,9 @@ class RetrievalBasedStrengthening:
         new_ret = outcome.retention.tolist()
         boost, elapsed, factor = outcome.boost.tolist(), outcome.elapsed_days.tolist(), outcome.decay_factor.tolist()
         retrieved = outcome.retrieved.tolist()
-        has_events = profile.total_count > 0
-        touched = np.flatnonzero((outcome.retention != np.asarray([row[1] for row in rows])) | has_events)
+        has_events_array = profile.total_count > 0
+        touched = np.flatnonzero((outcome.retention != np.asarray([row[1] for row in rows])) | has_events_array)
+        has_events = has_events_array.tolist()
         profiles = 0
         for k in touched.tolist():
             old_ret, old_profile = rows[k][1], rows[k][3]
@@ -663,9 +664,16 @@ class HebbianCoRetrieval:
                 ids.append(mid)
             return k
 
+        def positions(values: list[str]) -> npt.NDArray[np.int64]:
+            # map() over dict.get runs in C; only ids outside the active set take the Python path.
+            found: list[int | None] = list(map(position.get, values))
+            if None in found:
+                found = [pos(v) if k is None else k for v, k in zip(values, found, strict=True)]
+            return np.asarray(found, dtype=np.int64)
+
         set_positions = [[pos(m) for m in members] for _, members, _ in sets]
-        edge_s = np.asarray([pos(e[1]) for e in edges], dtype=np.int64)
-        edge_t = np.asarray([pos(e[2]) for e in edges], dtype=np.int64)
+        edge_s = positions([e[1] for e in edges])
+        edge_t = positions([e[2] for e in edges])
         n = len(ids)
         counts = co_retrieval_pairs(set_positions)
         keys, first, last = pair_times(set_positions, [_micros(t) for _, _, t in sets], n)
@@ -727,6 +735,9 @@ class HebbianCoRetrieval:
                 ),
             )
             if created:
+                # Only new edges change the graph snapshot (it holds no counts), and the touch goes first:
+                # see memories.services.graph_touch.
+                graph_touch(workspace=workspace)
                 insert_rows(
                     Edge,
                     [
@@ -745,10 +756,9 @@ class HebbianCoRetrieval:
                 )
                 by_pair = {(s, t): eid for eid, s, t in selectors.co_retrieved_created(workspace=workspace, at=now)}
                 created_ids = [by_pair[(s, t)] for s, t, *_ in created]
-            if edge_updates or created:
-                graph_touch(workspace=workspace)
+        ends = {edges[int(edge_order[at[k]])][0]: edges[int(edge_order[at[k]])][1:3] for k in hits}
         result.records.extend(
-            self._edge_records(workspace, run, dry_run, now, edges, edge_updates, created, created_ids)
+            self._edge_records(workspace, run, dry_run, now, ends, edge_updates, created, created_ids)
         )
 
         # Boosts over every CO_RETRIEVED edge as it stands after counting.
@@ -791,7 +801,7 @@ class HebbianCoRetrieval:
         run: EvolutionRun | None,
         dry_run: bool,
         now: datetime,
-        edges: Sequence[tuple[int, str, str, int]],
+        ends: dict[int, tuple[str, str]],
         updates: Sequence[tuple[int, dict[str, tuple[Any, Any]]]],
         created: Sequence[tuple[str, str, int, datetime, datetime]],
         created_ids: Sequence[int],
@@ -802,7 +812,6 @@ class HebbianCoRetrieval:
         lists them and after["edges"] holds their values too, so a revert refuses when a later run has
         counted on them (dry runs list the planned pairs in after["planned_edges"] instead).
         """
-        ends = {e[0]: (e[1], e[2]) for e in edges}
         items: list[tuple[str, Any]] = [("update", u) for u in updates] + [("create", k) for k in range(len(created))]
         records: list[EvolutionRecord] = []
         for start in range(0, len(items), EDGE_RECORD_CHUNK):
