@@ -455,16 +455,23 @@ def naive_hebbian_boosts(workspace: Any, ids: list[uuid.UUID], now: datetime) ->
     return len(ids)
 
 
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    started = time.perf_counter()
-    value = fn()
-    return time.perf_counter() - started, value
+class Timing:
+    """Wall and CPU seconds of one measured call (SQLite works in-process, so its CPU time counts)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        started, cpu_started = time.perf_counter(), time.process_time()
+        self.value = fn()
+        self.wall = time.perf_counter() - started
+        self.cpu = time.process_time() - cpu_started
+
+    def scaled(self, factor: float) -> tuple[float, float]:
+        return self.wall * factor, self.cpu * factor
 
 
 def run_naive(data: dict[str, Any], now: datetime, samples: int) -> dict[str, tuple[float, float, int, int]]:
     """Time each naive evolver on a sample inside a rolled-back transaction.
 
-    Returns {evolver: (sample seconds, extrapolated seconds, sample units, workspace units)}.
+    Returns {evolver: (extrapolated wall seconds, extrapolated CPU seconds, sample units, workspace units)}.
     """
     from django.db import transaction
 
@@ -487,28 +494,28 @@ def run_naive(data: dict[str, Any], now: datetime, samples: int) -> dict[str, tu
     out: dict[str, tuple[float, float, int, int]] = {}
     try:
         with transaction.atomic():
-            seconds, units = timed(lambda: naive_working(workspace, now))
-            out["EnhancedWorkingToEpisodic"] = (seconds, seconds, units, units)
+            t = Timing(lambda: naive_working(workspace, now))
+            out["EnhancedWorkingToEpisodic"] = (*t.scaled(1.0), t.value, t.value)
             sample = rng.sample(episodic, min(samples, len(episodic)))
-            seconds, units = timed(lambda: naive_decay(workspace, sample, now))
-            out["ExponentialDecay"] = (seconds, seconds * len(episodic) / units, units, len(episodic))
+            t = Timing(lambda: naive_decay(workspace, sample, now))
+            out["ExponentialDecay"] = (*t.scaled(len(episodic) / t.value), t.value, len(episodic))
             sample = rng.sample(candidates, min(samples // 5, len(candidates)))
-            seconds, units = timed(lambda: naive_interference(workspace, sample, now))
-            out["InterferenceBasedConsolidation"] = (seconds, seconds * len(candidates) / units, units, len(candidates))
+            t = Timing(lambda: naive_interference(workspace, sample, now))
+            out["InterferenceBasedConsolidation"] = (*t.scaled(len(candidates) / t.value), t.value, len(candidates))
             sample = rng.sample(active, min(samples, len(active)))
-            seconds, units = timed(lambda: naive_strengthening(workspace, sample, now))
-            out["RetrievalBasedStrengthening"] = (seconds, seconds * len(active) / units, units, len(active))
-            seconds, (done, total) = timed(
-                lambda: naive_hebbian_counts(workspace, data["watermark"], samples // 4, now)
-            )
-            count_seconds = seconds * total / max(done, 1)
+            t = Timing(lambda: naive_strengthening(workspace, sample, now))
+            out["RetrievalBasedStrengthening"] = (*t.scaled(len(active) / t.value), t.value, len(active))
+            counting = Timing(lambda: naive_hebbian_counts(workspace, data["watermark"], samples // 4, now))
+            done, total = counting.value
             nodes = list(edge_nodes)
             sample = rng.sample(nodes, min(samples, len(nodes)))
-            boost_seconds, units = timed(lambda: naive_hebbian_boosts(workspace, sample, now))
+            boosting = Timing(lambda: naive_hebbian_boosts(workspace, sample, now))
+            count_wall, count_cpu = counting.scaled(total / max(done, 1))
+            boost_wall, boost_cpu = boosting.scaled(len(nodes) / max(boosting.value, 1))
             out["HebbianCoRetrieval"] = (
-                seconds + boost_seconds,
-                count_seconds + boost_seconds * len(nodes) / max(units, 1),
-                done + units,
+                count_wall + boost_wall,
+                count_cpu + boost_cpu,
+                done + boosting.value,
                 total + len(nodes),
             )
             raise Rollback
@@ -568,9 +575,10 @@ def main() -> None:
     )
     print(f"naive one-memory-at-a-time implementation on samples of {args.sample} (rolled back) ...", flush=True)
     naive = run_naive(data, now, args.sample)
-    for name, (seconds, projected, units, total) in naive.items():
-        print(f"  {name:32s} {units:6,} units in {seconds:7.2f} s -> {total:7,} units ~ {projected:8.1f} s")
-    naive_total = sum(v[1] for v in naive.values())
+    for name, (wall_s, cpu_s, units, total) in naive.items():
+        print(f"  {name:32s} {units:6,} sampled of {total:7,} units ~ {wall_s:8.1f} s wall, {cpu_s:8.1f} s CPU")
+    naive_wall = sum(v[0] for v in naive.values())
+    naive_cpu = sum(v[1] for v in naive.values())
 
     counts_before = (Memory.objects.count(), Edge.objects.count())
     print("vectorised cycle, applied ...", flush=True)
@@ -595,7 +603,7 @@ def main() -> None:
     counts_after = (Memory.objects.count(), Edge.objects.count())
     assert counts_after[0] >= counts_before[0] and counts_after[1] >= counts_before[1], "rows were deleted"
 
-    ratio = naive_total / wall
+    ratio, cpu_ratio = naive_wall / wall, naive_cpu / cpu
     print()
     print(
         f"full enhanced cycle, {args.memories:,} memories, applied: {wall:.2f} s wall "
@@ -603,12 +611,16 @@ def main() -> None:
         f"{cpu:.2f} s CPU in this process; load average {load:.1f} on {os.cpu_count()} CPUs when it started"
     )
     print(f"CPU speed check: a 10M-step Python loop took {calibration:.2f} s of CPU in this process")
-    print(f"naive implementation, extrapolated:                 {naive_total:.1f} s")
-    print(f"speed-up: {ratio:.1f}x (target >= {TARGET_RATIO:g}x)")
+    print(f"naive implementation, extrapolated: {naive_wall:.1f} s wall, {naive_cpu:.1f} s CPU")
     print(
-        "result:",
-        "PASS" if wall <= TARGET_SECONDS and ratio >= TARGET_RATIO else "MISS",
-        f"(records {run.summary['counts']['records']}, failed evolvers {run.summary['counts']['failed']})",
+        f"speed-up: {ratio:.1f}x wall, {cpu_ratio:.1f}x CPU (target >= {TARGET_RATIO:g}x; on a shared machine "
+        "the CPU ratio is the steadier one)"
+    )
+    verdict = {True: "met", False: "missed"}
+    print(
+        f"targets: wall time {verdict[wall <= TARGET_SECONDS]}, speed-up {verdict[ratio >= TARGET_RATIO]} "
+        f"(wall) / {verdict[cpu_ratio >= TARGET_RATIO]} (CPU); records {run.summary['counts']['records']}, "
+        f"failed evolvers {run.summary['counts']['failed']}"
     )
 
 
