@@ -211,18 +211,15 @@ def generate(count: int, seed: int = 7) -> None:
         )
         step("edges")
 
-    detail_ids = list(
-        Memory.objects.filter(workspace=workspace).order_by("?").values_list("id", flat=True)[:500]
-        if count <= 50_000
-        else [
-            Memory.objects.filter(workspace=workspace, pk__gte=uuid.UUID(int=rng.getrandbits(128)))
-            .order_by("pk")
-            .values_list("id", flat=True)
-            .first()
-            for _ in range(500)
-        ]
-    )
-    detail_ids = [m for m in dict.fromkeys(detail_ids) if m is not None]
+    # 500 random memories: the first id at or after a random UUID (a PK seek each, no OFFSET scan).
+    sampled = [
+        Memory.objects.filter(workspace=workspace, pk__gte=uuid.UUID(int=rng.getrandbits(128)))
+        .order_by("pk")
+        .values_list("id", flat=True)
+        .first()
+        for _ in range(500)
+    ]
+    detail_ids: list[uuid.UUID] = [m for m in dict.fromkeys(sampled) if m is not None]
     with transaction.atomic():
         records = [
             audit.record_build(
