@@ -3,7 +3,8 @@
 On a generated workspace of 100k memories and 1M edges on SQLite (bench/surfacing_data.py; built once
 into var/bench/surfacing.sqlite3 and reused, --fresh rebuilds it), this prints:
 
-- graph snapshot build time (the first deep query after an edge write pays it);
+- graph snapshot build time (the first deep query of a process pays it) and, last, the time to extend it
+  after an edge write (what the first deep query after a conversation ingest pays);
 - p50/p95 of get_working_context per strategy in process (router mode with an explicit strategy, plus
   legacy mode), recording boosts as a real call does (the bus is flushed between queries, untimed);
 - the same over HTTP against a daphne server on 127.0.0.1 (token auth, one keep-alive connection);
@@ -284,6 +285,44 @@ def bench_ppr(snapshot: Any, runs: int) -> list[str]:
     return lines
 
 
+def bench_refresh(workspace: Any, n_edges: int = 100, seed: int = 3) -> str:
+    """Snapshot refresh after an edge write: ``n_edges`` new edges between existing memories, then one
+    read, inside a transaction that is rolled back (the bench workspace stays as generated)."""
+    from django.db import transaction
+
+    from memories import services
+    from memories.models import Edge, Memory
+    from surfacing.graphstore import SqlGraphStore
+
+    store = SqlGraphStore()
+    store.full_snapshot(workspace)
+    ids = list(Memory.objects.filter(workspace=workspace).values_list("id", flat=True)[:20_000])
+    rng = random.Random(seed)
+
+    class Rollback(Exception):
+        pass
+
+    try:
+        with transaction.atomic():
+            services.edges_bulk_link(
+                workspace=workspace,
+                edges=[
+                    Edge(workspace=workspace, source_id=a, target_id=b, edge_type="LINKS_TO", weight=0.5)
+                    for a, b in (rng.sample(ids, 2) for _ in range(n_edges))
+                ],
+            )
+            started, cpu = time.perf_counter(), time.process_time()
+            extended = store.full_snapshot(workspace)
+            line = (
+                f"snapshot after {n_edges} new edges: {'extended' if extended.incremental else 'REBUILT'} in "
+                f"{(time.perf_counter() - started) * 1000:.0f} ms wall, {(time.process_time() - cpu) * 1000:.0f} ms CPU"
+            )
+            raise Rollback
+    except Rollback:
+        pass
+    return line
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--memories", type=int, default=100_000)
@@ -325,6 +364,7 @@ def main() -> None:
         print("PPR alone:")
         for line in bench_ppr(snapshot, runs=5):
             print(line)
+    print(bench_refresh(workspace))
 
 
 if __name__ == "__main__":

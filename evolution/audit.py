@@ -142,6 +142,8 @@ def memory_changes(memory: Memory, changes: Mapping[str, Any]) -> tuple[dict[str
 CREATED_MEMORIES = "created_memories"
 CREATED_EDGES = "created_edges"
 EDGE_CHANGES = "edges"
+SNAPSHOT_EDGE_FIELDS = frozenset({"source", "source_id", "target", "target_id", "edge_type", "weight"})
+"""Edge fields a graph snapshot holds; restoring one of them is a graph rewrite."""
 DELETED = "deleted"
 
 
@@ -213,6 +215,8 @@ def record_apply_revert(record: EvolutionRecord) -> dict[str, Any]:
         for names, group in by_fields.items():
             Memory.objects.bulk_update(group, list(names), batch_size=500)
     edge_before = record.before.get(EDGE_CHANGES, {})
+    # Restoring a field the graph snapshot holds is a rewrite: appending newer edges cannot express it.
+    rewritten = any(set(fields) & SNAPSHOT_EDGE_FIELDS for fields in edge_before.values())
     if edge_before:
         edges = Edge.objects.filter(workspace=record.workspace, id__in=[int(k) for k in edge_before]).in_bulk()
         for eid, fields in edge_before.items():
@@ -226,8 +230,11 @@ def record_apply_revert(record: EvolutionRecord) -> dict[str, Any]:
     created = record.after.get(CREATED_MEMORIES, [])
     if created:
         Memory.objects.filter(workspace=record.workspace, id__in=created).delete()
-    if created_edges or created:
-        # Cached graph snapshots key on this counter.
-        Workspace.objects.filter(pk=record.workspace_id).update(graph_generation=F("graph_generation") + 1)
+    if created_edges or created or rewritten:
+        # Cached graph snapshots key on these counters: deleted edges (and the edges of deleted memories)
+        # or restored weights make the next read rebuild rather than extend.
+        Workspace.objects.filter(pk=record.workspace_id).update(
+            graph_generation=F("graph_generation") + 1, graph_rewrites=F("graph_rewrites") + 1
+        )
     record.reverted_at = now
     return restored

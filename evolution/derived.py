@@ -78,11 +78,11 @@ def insert_derived(
         Memory.objects.bulk_create(list(memories), batch_size=500)
     if not edges:
         return []
+    graph_touch(workspace=workspace)  # before the insert: see memories.services.graph_touch
     created = Edge.objects.bulk_create(
         [Edge(workspace=workspace, source_id=s, target_id=t, edge_type=kind, created_at=now) for s, t, kind in edges],
         batch_size=1000,
     )
-    graph_touch(workspace=workspace)
     return [int(e.pk) for e in created]
 
 

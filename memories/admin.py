@@ -1,10 +1,19 @@
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from memories.models import AuditEntry, Edge, Membership, Memory, RetrievalEvent, Workspace
+from memories.services import graph_touch
+
+
+def _rewrites(workspace_ids: set[int]) -> None:
+    """Edges changed or went away behind the services' back: cached graph snapshots must rebuild."""
+    for workspace in Workspace.objects.filter(pk__in=workspace_ids):
+        graph_touch(workspace=workspace, rewrites=True)
 
 
 class MembershipInline(admin.TabularInline[Membership, Workspace]):
@@ -17,7 +26,7 @@ class MembershipInline(admin.TabularInline[Membership, Workspace]):
 class WorkspaceAdmin(admin.ModelAdmin[Workspace]):
     list_display = ("slug", "name", "created_at", "graph_generation")
     search_fields = ("slug", "name")
-    readonly_fields = ("created_at", "graph_generation")
+    readonly_fields = ("created_at", "graph_generation", "graph_rewrites")
     inlines: ClassVar = [MembershipInline]
 
 
@@ -65,6 +74,17 @@ class MemoryAdmin(admin.ModelAdmin[Memory]):
     def short_content(self, obj: Memory) -> str:
         return obj.content[:80]
 
+    # Deleting a memory deletes its edges (cascade).
+    def delete_model(self, request: HttpRequest, obj: Memory) -> None:
+        workspace_id = obj.workspace_id
+        super().delete_model(request, obj)
+        _rewrites({workspace_id})
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Memory]) -> None:
+        workspace_ids = set(queryset.values_list("workspace_id", flat=True).distinct())
+        super().delete_queryset(request, queryset)
+        _rewrites(workspace_ids)
+
 
 @admin.register(Edge)
 class EdgeAdmin(admin.ModelAdmin[Edge]):
@@ -74,6 +94,22 @@ class EdgeAdmin(admin.ModelAdmin[Edge]):
     readonly_fields = ("created_at", "co_retrieval_count", "first_co_retrieved_at", "last_co_retrieved_at")
     list_select_related = ("source", "target", "workspace")
     show_full_result_count = False
+
+    def save_model(self, request: HttpRequest, obj: Edge, form: Any, change: bool) -> None:
+        # A new edge is appended by the next snapshot read; a changed one needs a rebuild. The touch goes
+        # before the write (see graph_touch).
+        graph_touch(workspace=obj.workspace, rewrites=change)
+        super().save_model(request, obj, form, change)
+
+    def delete_model(self, request: HttpRequest, obj: Edge) -> None:
+        workspace_id = obj.workspace_id
+        super().delete_model(request, obj)
+        _rewrites({workspace_id})
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Edge]) -> None:
+        workspace_ids = set(queryset.values_list("workspace_id", flat=True).distinct())
+        super().delete_queryset(request, queryset)
+        _rewrites(workspace_ids)
 
 
 @admin.register(RetrievalEvent)

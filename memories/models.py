@@ -99,6 +99,9 @@ class Workspace(models.Model):
     evolution_settings = models.JSONField(default=dict, blank=True)
     # Bumped on every edge write so cached graph snapshots know they are stale.
     graph_generation = models.PositiveBigIntegerField(default=0)
+    # Bumped (with graph_generation) only when edges are deleted, re-weighted or re-typed: a snapshot can
+    # then no longer be brought up to date by appending the newer edges, and is rebuilt.
+    graph_rewrites = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         ordering: ClassVar = ["slug"]

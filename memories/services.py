@@ -80,9 +80,21 @@ def membership_set(*, workspace: Workspace, user: AbstractBaseUser, role: str) -
     return membership
 
 
-def graph_touch(*, workspace: Workspace) -> None:
-    """Invalidate cached graph snapshots of the workspace (called inside the writing transaction)."""
-    Workspace.objects.filter(pk=workspace.pk).update(graph_generation=F("graph_generation") + 1)
+def graph_touch(*, workspace: Workspace, rewrites: bool = False) -> None:
+    """Tell cached graph snapshots of the workspace that its edges changed (inside the writing transaction).
+
+    ``graph_generation`` += 1 for every edge write: a snapshot then reads the edges whose id is above
+    the largest it holds. ``rewrites=True`` (edges deleted, re-weighted or re-typed, or memories with
+    edges deleted) also bumps ``graph_rewrites``, which makes the next read rebuild the snapshot.
+
+    Call it *before* inserting edges: on PostgreSQL its UPDATE holds the workspace row until commit, so
+    the next writer of this workspace takes its edge ids only after this one committed; edge ids of a
+    workspace then appear in commit order and "above the largest id read" misses nothing.
+    """
+    changes: dict[str, Any] = {"graph_generation": F("graph_generation") + 1}
+    if rewrites:
+        changes["graph_rewrites"] = F("graph_rewrites") + 1
+    Workspace.objects.filter(pk=workspace.pk).update(**changes)
 
 
 EdgeRow = tuple[uuid.UUID, uuid.UUID, str, float]  # source id, target id, edge type, weight
@@ -91,7 +103,7 @@ EdgeRow = tuple[uuid.UUID, uuid.UUID, str, float]  # source id, target id, edge 
 def graph_mirror(*, workspace: Workspace, added: Iterable[EdgeRow] = (), removed: Iterable[EdgeRow] = ()) -> None:
     """Hand edge writes to the graph store once the transaction commits.
 
-    The sql store needs nothing (graph_touch already invalidated its snapshot), so the rows are not even
+    The sql store needs nothing (graph_touch already told its snapshots), so the rows are not even
     built for it; a Bolt store mirrors them into its graph. ``robust``: a graph that is down must not
     fail a write the database has kept.
     """
@@ -311,7 +323,7 @@ def memory_delete_hard(*, workspace: Workspace, memory: Memory, actor: User | No
         )
     memory.delete()
     if had_edges:
-        graph_touch(workspace=workspace)
+        graph_touch(workspace=workspace, rewrites=True)
 
 
 # -- edges ----------------------------------------------------------------------------------------
@@ -323,6 +335,7 @@ def edge_link(*, workspace: Workspace, source: Memory, target: Memory, edge_type
         raise InvalidInput("source and target must belong to this workspace", field="target")
     if source.pk == target.pk:
         raise InvalidInput("target: an edge cannot join a memory to itself", field="target")
+    graph_touch(workspace=workspace)  # before the insert: see graph_touch
     try:
         with transaction.atomic():
             edge = Edge.objects.create(
@@ -332,17 +345,19 @@ def edge_link(*, workspace: Workspace, source: Memory, target: Memory, edge_type
         raise Conflict(
             f"an edge {edge_type} from {source.pk} to {target.pk} already exists", code="edge_exists"
         ) from None
-    graph_touch(workspace=workspace)
     graph_mirror(workspace=workspace, added=[(source.pk, target.pk, edge_type, weight)])
     return edge
 
 
+@transaction.atomic
 def edges_bulk_link(*, workspace: Workspace, edges: list[Edge]) -> None:
-    """Insert many edges (duplicates of existing triples are skipped) and invalidate snapshots once."""
+    """Insert many edges (duplicates of existing triples are skipped) and tell snapshots once.
+
+    One transaction, so the graph_touch that comes first holds the workspace row over the inserts."""
     if not edges:
         return
+    graph_touch(workspace=workspace)  # before the insert: see graph_touch
     bulk_insert(Edge, edges, ignore_conflicts=True)
-    graph_touch(workspace=workspace)
     graph_mirror(workspace=workspace, added=((e.source_id, e.target_id, e.edge_type, e.weight) for e in edges))
 
 

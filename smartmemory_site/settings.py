@@ -105,6 +105,8 @@ NEO4J_URI = config.neo4j_uri_from_env()
 NEO4J_USER = config.env_str("NEO4J_USER")
 NEO4J_PASSWORD = config.env_str("NEO4J_PASSWORD")
 GRAPH_BACKEND = config.graph_backend_from_env(NEO4J_URI)
+# sql graph store: workspaces whose CSR snapshot each process keeps (LRU; ~30 MB per 1M edges).
+GRAPH_SNAPSHOT_WORKSPACES = config.env_int("GRAPH_SNAPSHOT_WORKSPACES", 16, minimum=1)
 EMBEDDER = config.embedder_from_env()
 LLM_BASE_URL = config.llm_base_url_from_env()
 LLM_API_KEY = config.env_str("LLM_API_KEY")

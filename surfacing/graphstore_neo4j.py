@@ -652,7 +652,7 @@ def reconcile_sql(store: Neo4jGraphStore, workspace: Workspace, diff: GraphDiff,
             for start in range(0, len(doomed), 900):
                 deleted += Edge.objects.filter(pk__in=doomed[start : start + 900]).delete()[0]
         if changed or deleted:
-            services.graph_touch(workspace=workspace)
+            services.graph_touch(workspace=workspace, rewrites=True)
     return Reconciled(len(restorable), len(changed), deleted, len(diff.only_in_graph) - len(restorable))
 
 

@@ -271,6 +271,26 @@ def test_hebbian_increments_an_existing_edge_in_either_direction(kit: Any, works
     assert Edge.objects.filter(edge_type=EdgeType.CO_RETRIEVED).count() == 1
 
 
+def test_hebbian_counts_leave_graph_snapshots_alone_and_new_pairs_only_extend_them(
+    kit: Any, workspace: Workspace
+) -> None:
+    def counters() -> tuple[int, int]:
+        row = Workspace.objects.values_list("graph_generation", "graph_rewrites").get(pk=workspace.pk)
+        return int(row[0]), int(row[1])
+
+    a, b, c = kit.mem("a"), kit.mem("b"), kit.mem("c")
+    Edge.objects.create(workspace=workspace, source=a, target=b, edge_type=EdgeType.CO_RETRIEVED, co_retrieval_count=4)
+    before = counters()
+    kit.retrieve([a, b], age_days=2)
+    kit.run("HebbianCoRetrieval")
+    # Only the count moved, and graph snapshots hold no counts.
+    assert counters() == before
+    kit.retrieve([a, c], age_days=1)
+    kit.run("HebbianCoRetrieval")
+    # A new CO_RETRIEVED edge: snapshots append it (generation), nothing to rebuild (rewrites).
+    assert counters() == (before[0] + 1, before[1])
+
+
 def test_pair_times_agree_with_co_retrieval_pairs() -> None:
     rng = np.random.default_rng(3)
     sets = [list(rng.choice(30, size=int(rng.integers(1, 8)), replace=True)) for _ in range(60)]

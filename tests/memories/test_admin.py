@@ -129,3 +129,52 @@ def test_edges_and_proposals_filter_by_type_and_status(admin_client: Client, sto
     rejected = admin_client.get("/admin/evolution/proposal/", {"status__exact": "rejected"}).content.decode()
     assert "Summarise the auth thread" in pending
     assert "Summarise the auth thread" not in rejected
+
+
+def _counters(workspace: Workspace) -> tuple[int, int]:
+    row = Workspace.objects.values_list("graph_generation", "graph_rewrites").get(pk=workspace.pk)
+    return int(row[0]), int(row[1])
+
+
+def test_editing_or_deleting_an_edge_by_hand_makes_graph_snapshots_rebuild(
+    admin_client: Client, story: dict[str, Any], workspace: Workspace
+) -> None:
+    edge = story["edge"]
+    generation, rewrites = _counters(workspace)
+    response = admin_client.post(
+        f"/admin/memories/edge/{edge.pk}/change/",
+        {
+            "workspace": workspace.pk,
+            "source": str(edge.source_id),
+            "target": str(edge.target_id),
+            "edge_type": "RELATED",
+            "weight": "3.5",
+            "metadata": "{}",
+        },
+    )
+    assert response.status_code == 302
+    assert _counters(workspace) == (generation + 1, rewrites + 1)
+    response = admin_client.post(f"/admin/memories/edge/{edge.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    assert _counters(workspace) == (generation + 2, rewrites + 2)
+
+
+def test_deleting_memories_by_hand_makes_graph_snapshots_rebuild(
+    admin_client: Client, story: dict[str, Any], workspace: Workspace
+) -> None:
+    generation, rewrites = _counters(workspace)
+    response = admin_client.post(
+        "/admin/memories/memory/",
+        {"action": "delete_selected", "_selected_action": [str(story["lunch"].id)], "post": "yes"},
+    )
+    assert response.status_code == 302
+    assert not Memory.objects.filter(pk=story["lunch"].pk).exists()
+    assert _counters(workspace) == (generation + 1, rewrites + 1)
+
+
+def test_workspace_graph_counters_are_read_only(
+    admin_client: Client, story: dict[str, Any], workspace: Workspace
+) -> None:
+    page = admin_client.get(f"/admin/memories/workspace/{workspace.pk}/change/").content.decode()
+    assert 'name="graph_generation"' not in page
+    assert 'name="graph_rewrites"' not in page

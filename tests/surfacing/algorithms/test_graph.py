@@ -19,6 +19,7 @@ from surfacing.algorithms.graph import (
     edge_type_codes,
     edge_type_mask,
     edge_type_name,
+    merge_csr,
     top_neighbours,
 )
 
@@ -148,6 +149,121 @@ def _timed_build(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, t: np.
     elapsed = time.process_time() - start
     assert g.n_edges == src.shape[0]
     return elapsed
+
+
+def _assert_same_graph(a: CSRGraph, b: CSRGraph) -> None:
+    """Every array equal, strengths bit for bit (both are summed in row order)."""
+    assert a.n_nodes == b.n_nodes
+    for name in (
+        "indptr",
+        "indices",
+        "weights",
+        "edge_types",
+        "rev_indptr",
+        "rev_indices",
+        "rev_weights",
+        "rev_edge_types",
+        "out_strength",
+        "in_strength",
+    ):
+        left, right = getattr(a, name), getattr(b, name)
+        assert left.dtype == right.dtype, name
+        assert np.array_equal(left, right), name
+
+
+def _random_edges(rng: np.random.Generator, n: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct (src, dst, type) triples, as the database holds them, with few distinct weights (ties)."""
+    src, dst, t = rng.integers(0, n, m), rng.integers(0, n, m), rng.integers(0, len(EDGE_TYPES), m)
+    _, first = np.unique(np.stack([src, dst, t]), axis=1, return_index=True)
+    first.sort()
+    w = rng.choice(np.array([0.0, 0.5, 1.0, 1.0, 2.0], dtype=np.float32), size=first.shape[0])
+    return src[first], dst[first], w, t[first].astype(np.int8)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_rows_are_the_same_whatever_order_the_edges_come_in(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 30))
+    src, dst, w, t = _random_edges(rng, n, int(rng.integers(0, 200)))
+    perm = rng.permutation(src.shape[0])
+    _assert_same_graph(build_csr(n, src, dst, w, t), build_csr(n, src[perm], dst[perm], w[perm], t[perm]))
+
+
+def test_parallel_edges_of_equal_weight_sit_in_type_order() -> None:
+    g = _graph(2, [(0, 1, 1.0, "MENTIONS"), (0, 1, 1.0, "RELATED"), (0, 1, 1.0, "LINKS_TO")])
+    assert [EDGE_TYPES[c] for c in g.edge_types] == ["RELATED", "MENTIONS", "LINKS_TO"]
+    assert [EDGE_TYPES[c] for c in g.rev_edge_types] == ["RELATED", "MENTIONS", "LINKS_TO"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_merging_new_edges_and_nodes_equals_building_everything_at_once(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n_new = int(rng.integers(1, 40))
+    src, dst, w, t = _random_edges(rng, n_new, int(rng.integers(0, 300)))
+    # Old graph: the edges known before, over the nodes that existed then (a sorted subset of the new
+    # node set, like memory ids sorted before and after some memories were created).
+    old_edges = rng.random(src.shape[0]) < rng.random()
+    endpoints = np.zeros(n_new, dtype=np.bool_)
+    endpoints[src[old_edges]] = True
+    endpoints[dst[old_edges]] = True
+    old_nodes = np.flatnonzero(endpoints | (rng.random(n_new) < 0.5))
+    # Old isolated nodes that are gone now (deleted memories without edges) map to -1.
+    n_gone = int(rng.integers(0, 3))
+    node_map = np.concatenate([old_nodes, np.full(n_gone, -1)])
+    order = rng.permutation(node_map.shape[0])
+    keys = np.concatenate([old_nodes * 2 + 1, rng.integers(0, 2 * n_new, n_gone) * 2])[order]
+    node_map = node_map[order][np.argsort(keys, kind="stable")]
+    old_index = {int(v): i for i, v in enumerate(node_map) if v >= 0}
+    old = build_csr(
+        node_map.shape[0],
+        [old_index[int(v)] for v in src[old_edges]],
+        [old_index[int(v)] for v in dst[old_edges]],
+        w[old_edges],
+        t[old_edges],
+    )
+    fresh = ~old_edges
+    merged = merge_csr(old, node_map, n_new, src[fresh], dst[fresh], w[fresh], t[fresh])
+    _assert_same_graph(merged, build_csr(n_new, src, dst, w, t))
+
+
+def test_merging_nothing_keeps_the_graph() -> None:
+    g = _graph(3, [(0, 1, 1.0, "RELATED"), (2, 0, 0.5, "MENTIONS")])
+    _assert_same_graph(merge_csr(g, np.arange(3), 3, [], [], [], []), g)
+    grown = merge_csr(g, [0, 2, 3], 5, [], [], [], [])
+    assert grown.indptr.tolist() == [0, 1, 1, 1, 2, 2]
+    assert grown.indices.tolist() == [2, 0]
+
+
+@pytest.mark.parametrize(
+    ("node_map", "message"),
+    [
+        ([1, 0, 2], "increase"),
+        ([0, 1, 5], "increase"),
+        ([0, 1], "entries"),
+        ([0, -1, 2], "has edges"),
+    ],
+)
+def test_merge_rejects_a_renumbering_that_would_reorder_or_lose_edges(node_map: list[int], message: str) -> None:
+    g = _graph(3, [(0, 1, 1.0, "RELATED")])
+    with pytest.raises(ValueError, match=message):
+        merge_csr(g, node_map, 4, [], [], [], [])
+
+
+def test_merging_a_thousand_edges_into_a_million_costs_a_fraction_of_a_rebuild() -> None:
+    rng = np.random.default_rng(1)
+    n, m, k = 100_000, 1_000_000, 1_000
+    src, dst = rng.integers(0, n, m + k), rng.integers(0, n, m + k)
+    w = np.ones(m + k, dtype=np.float32)  # the common case: every edge at the default weight
+    t = rng.integers(0, 15, m + k).astype(np.int8)
+    old = build_csr(n, src[:m], dst[:m], w[:m], t[:m])
+    start = time.process_time()
+    merged = merge_csr(old, np.arange(n), n, src[m:], dst[m:], w[m:], t[m:])
+    merge_seconds = time.process_time() - start
+    rebuild_seconds = min(_timed_build(n, src, dst, w, t) for _ in range(2))
+    assert merged.n_edges == m + k
+    assert merge_seconds < rebuild_seconds / 2
 
 
 def test_top_neighbours_ignores_direction_filters_types_and_keeps_the_heaviest_duplicate() -> None:
