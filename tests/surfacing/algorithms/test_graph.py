@@ -21,6 +21,7 @@ from surfacing.algorithms.graph import (
     edge_type_name,
     merge_csr,
     top_neighbours,
+    top_neighbours_many,
 )
 
 ALL = edge_type_mask(range(len(EDGE_TYPES)))
@@ -323,3 +324,32 @@ def test_top_neighbours_matches_a_brute_force_scan(seed: int, k: int, undirected
         got = top_neighbours(g, node, k, allowed, undirected=undirected)
         assert got.nodes.tolist() == expected
         assert got.weights.tolist() == [best[v][0] for v in expected]
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), k=st.integers(0, 30), undirected=st.booleans())
+def test_top_neighbours_of_many_nodes_at_once_equal_one_node_at_a_time(seed: int, k: int, undirected: bool) -> None:
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(1, 50)), int(rng.integers(0, 800))
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    dst = np.where(rng.random(m) < 0.4, 0, dst)  # a hub whose rows outgrow the first prefix
+    w = rng.integers(1, 4, m).astype(np.float32)
+    t = rng.integers(0, 15, m).astype(np.int8)
+    g = build_csr(n, src, dst, w, t)
+    allowed = edge_type_mask({int(c) for c in rng.choice(15, size=int(rng.integers(1, 15)), replace=False)})
+    queries = rng.integers(0, n, int(rng.integers(0, 12)))  # repeats allowed
+    many = top_neighbours_many(g, queries, k, allowed, undirected=undirected)
+    assert np.all(np.diff(many.owner) >= 0)
+    for position, node in enumerate(queries.tolist()):
+        one = top_neighbours(g, node, k, allowed, undirected=undirected)
+        mine = many.owner == position
+        assert many.nodes[mine].tolist() == one.nodes.tolist()
+        assert many.weights[mine].tolist() == one.weights.tolist()
+        assert many.edge_types[mine].tolist() == one.edge_types.tolist()
+
+
+def test_top_neighbours_of_many_rejects_nodes_outside_the_graph() -> None:
+    g = _graph(3, [(0, 1, 1.0, "RELATED")])
+    with pytest.raises(ValueError, match="node 3"):
+        top_neighbours_many(g, [0, 3], 2, ALL)
+    assert top_neighbours_many(g, [], 2, ALL).nodes.tolist() == []

@@ -4,6 +4,8 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from surfacing.algorithms import spreading
 from surfacing.algorithms.graph import (
@@ -13,6 +15,7 @@ from surfacing.algorithms.graph import (
     edge_type_code,
     edge_type_codes,
     top_neighbours,
+    top_neighbours_many,
 )
 from surfacing.algorithms.spreading import SpreadHit, spread
 
@@ -119,3 +122,49 @@ def test_expansions_are_bounded_by_seeds_times_fan_out_powers_on_a_large_graph()
     assert len(hits) > 400  # random graph: the walk really fans out
     assert all(EDGE_TYPES[0] == h.edge_type for h in hits.values())
     assert all(h.score == 0.5**h.hops for h in hits.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    depth=st.integers(0, 4),
+    fan_out=st.integers(0, 8),
+    damping=st.sampled_from([0.5, 0.8, 1.0]),
+    undirected_types=st.booleans(),
+)
+def test_the_vectorised_walk_equals_the_node_by_node_walk_on_random_graphs(
+    seed: int, depth: int, fan_out: int, damping: float, undirected_types: bool
+) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    m = int(rng.integers(0, 400))
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    # Few distinct weights and a hub: many ties, parallel edges, self-loops, rows longer than a prefix.
+    hub = rng.random(m) < 0.3
+    dst = np.where(hub, 0, dst)
+    w = rng.choice(np.array([0.5, 1.0, 1.0, 2.0]), size=m)
+    t = rng.integers(0, len(EDGE_TYPES), m).astype(np.int8)
+    g = build_csr(n, src, dst, w, t)
+    seeds = rng.integers(0, n, int(rng.integers(0, 6))).tolist()
+    allowed = (
+        spreading.SPREAD_EDGE_CODES
+        if undirected_types
+        else frozenset(int(c) for c in rng.choice(len(EDGE_TYPES), size=5, replace=False))
+    )
+    fast = spread(g, seeds, depth=depth, fan_out=fan_out, damping=damping, allowed_types=allowed)
+    slow = spreading.spread_stepwise(g, seeds, depth=depth, fan_out=fan_out, damping=damping, allowed_types=allowed)
+    assert list(fast.items()) == list(slow.items())  # same hits, same provenance, same discovery order
+
+
+def test_the_walk_expands_each_hop_in_one_call_over_a_bounded_frontier() -> None:
+    rng = np.random.default_rng(11)
+    n, m = 100_000, 1_000_000
+    g = build_csr(n, rng.integers(0, n, m), rng.integers(0, n, m), rng.random(m), np.zeros(m, dtype=np.int8))
+    seeds, fan_out, depth = [1, 2, 3, 4, 5], 20, 2
+    with mock.patch.object(spreading, "top_neighbours_many", wraps=top_neighbours_many) as calls:
+        hits = spread(g, seeds, fan_out=fan_out, depth=depth)
+    assert calls.call_count == depth
+    frontier_sizes = [len(call.args[1]) for call in calls.call_args_list]
+    assert frontier_sizes[0] == len(seeds)
+    assert frontier_sizes[1] <= len(seeds) * fan_out
+    assert hits == spreading.spread_stepwise(g, seeds, fan_out=fan_out, depth=depth)
