@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -88,6 +88,7 @@ _HOLDER_FIELDS = (
     "superseded_by",
     "metadata",
     "embedding",
+    "pinned",
 )
 
 
@@ -113,6 +114,7 @@ class _Holder:
     superseded_by: uuid.UUID | None
     metadata: dict[str, Any]
     embedding: bytes | None
+    pinned: bool
 
 
 Row = Memory | _Holder
@@ -316,6 +318,22 @@ def _apply(batch: _Batch, holder: Row, incoming: Memory, decision: ConflictDecis
         batch.record(Action.UPDATE, decision.reason, decision, changes)
 
 
+def _respect_pin(holder: Row, incoming: Memory, decision: ConflictDecision) -> ConflictDecision:
+    """A value a person pinned is not replaced or superseded by a new write: both stay, flagged.
+
+    Only a correction overrides a pin; anything else becomes a contradiction for a person to settle.
+    """
+    if not holder.pinned or _is_correction_type(incoming):
+        return decision
+    if decision.action not in (ConflictAction.REPLACE, ConflictAction.SUPERSEDE):
+        return decision
+    return replace(
+        decision,
+        action=ConflictAction.FLAG,
+        reason=f"{decision.reason}; flagged instead because memory {holder.id} is pinned",
+    )
+
+
 def _linked(ids: Sequence[Any], other: uuid.UUID) -> list[str]:
     current = [str(i) for i in ids or ()]
     return current if str(other) in current else [*current, str(other)]
@@ -374,6 +392,7 @@ def apply_write_policies(workspace: Workspace, memories: Sequence[Memory], now: 
             if incoming.status != Status.ACTIVE:
                 break
             decision = decide_conflict(_slot(holder), _slot(incoming), policy_for(holder.memory_type, overrides), now)
+            decision = _respect_pin(holder, incoming, decision)
             _apply(batch, holder, incoming, decision)
         if incoming.status == Status.ACTIVE:
             batch.add_holder(incoming)

@@ -324,3 +324,26 @@ def test_policies_keep_one_value_per_replace_slot_and_revert_to_the_inserted_row
         assert memory.conflicts_with == []
         assert memory.metadata == item.metadata
         assert memory.updated_at == memory.created_at
+
+
+def test_a_pinned_preference_is_not_replaced_but_flagged_against_the_newcomer(make_memory: MakeMemory) -> None:
+    first = make_memory("uses vim", memory_type="preference", subject="editor", pinned=True)
+    second = make_memory("uses emacs", memory_type="preference", subject="editor")
+
+    holder = fresh(first)
+    assert holder.content == "uses vim"
+    assert holder.replace_count == 0
+    assert holder.conflicts_with == [str(second.id)]
+    newcomer = fresh(second)
+    assert newcomer.status == Status.ACTIVE
+    assert newcomer.conflicts_with == [str(first.id)]
+    (record,) = policy_records()
+    assert record.action == "flag"
+    assert "pinned" in record.reason
+
+
+def test_a_correction_still_overrides_a_pinned_value(make_memory: MakeMemory) -> None:
+    first = make_memory("uses vim", memory_type="preference", subject="editor", pinned=True)
+    make_memory("the editor is emacs, not vim", memory_type="correction", subject="editor")
+
+    assert fresh(first).content == "the editor is emacs, not vim"
