@@ -164,15 +164,15 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
     for s in range(n_sets):
         recent = s >= n_sets * 0.9
         members = (all_topics if recent else old_topics)[rng.choice(topic_list)]
-        source = rng.choice(sources)
-        size = 1 if source == "get" else min(len(members), 5)
+        origin = rng.choice(sources)
+        size = 1 if origin == "get" else min(len(members), 5)
         picked = rng.sample(members, size)
         # The last 10% of result sets arrive after yesterday's cycle (beyond its Hebbian watermark).
         age_days = rng.uniform(0.0, 1.0) if recent else rng.uniform(1.0, 60.0)
         at = now - timedelta(days=age_days)
         result_set = uuid.uuid4()
         for rank, k in enumerate(picked):
-            events.append((workspace.pk, ids[k], result_set, rank, source, at))
+            events.append((workspace.pk, ids[k], result_set, rank, origin, at))
     events.sort(key=lambda e: e[5])
     n_old_events = sum(1 for e in events if e[5] < now - timedelta(days=1))
 
@@ -338,12 +338,12 @@ def naive_interference(workspace: Any, candidates: list[uuid.UUID], now: datetim
         .values_list("id", "embedding")
     )
     all_ids = [r[0] for r in rows]
-    matrix = stack_embeddings([bytes(r[1]) for r in rows], 256)
+    matrix = stack_embeddings([bytes(r[1] or b"") for r in rows], 256)
     position = {mid: k for k, mid in enumerate(all_ids)}
     seen: set[tuple[uuid.UUID, uuid.UUID]] = set()
     for mid in candidates:
         m = Memory.objects.get(id=mid)
-        vector = from_bytes(bytes(m.embedding), 256)
+        vector = from_bytes(bytes(m.embedding or b""), 256)
         sims = matrix @ vector
         sims[position[mid]] = -np.inf
         for k in np.argsort(-sims)[:5]:
@@ -361,7 +361,7 @@ def naive_interference(workspace: Any, candidates: list[uuid.UUID], now: datetim
                 row.save(update_fields=["retention_score"])
                 naive_record(workspace, "naive-interference", "decay", end, before, row.retention_score, now)
         m = Memory.objects.get(id=mid)
-        m.metadata = {**m.metadata, "interference_checked": f"{zlib.crc32(bytes(m.embedding)):08x}"}
+        m.metadata = {**m.metadata, "interference_checked": f"{zlib.crc32(bytes(m.embedding or b'')):08x}"}
         m.save(update_fields=["metadata"])
     return len(candidates)
 
@@ -486,11 +486,11 @@ def run_naive(data: dict[str, Any], now: datetime, samples: int) -> dict[str, tu
         Memory.objects.filter(workspace=workspace, memory_type="episodic", status="active").values_list("id", flat=True)
     )
     candidates = ids[n_old : n_old + n_new]
-    edge_nodes = set()
-    for s, t in Edge.objects.filter(
+    edge_nodes: set[uuid.UUID] = set()
+    for source_id, target_id in Edge.objects.filter(
         workspace=workspace, edge_type="CO_RETRIEVED", co_retrieval_count__gte=3
     ).values_list("source_id", "target_id"):
-        edge_nodes.update((s, t))
+        edge_nodes.update((source_id, target_id))
     out: dict[str, tuple[float, float, int, int]] = {}
     try:
         with transaction.atomic():
