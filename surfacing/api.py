@@ -100,7 +100,7 @@ class ScoreBreakdownOut(drf.Serializer[Any]):
 
 
 class ProvenanceOut(drf.Serializer[Any]):
-    kind = drf.ChoiceField(choices=["lexical", "spread", "pinned", "anchor", "recent"])
+    kind = drf.ChoiceField(choices=["lexical", "spread", "pinned", "anchor", "recent", "entity"])
     seed = drf.UUIDField(allow_null=True)
     edge_type = drf.CharField(allow_null=True)
     hops = drf.IntegerField()

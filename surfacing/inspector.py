@@ -105,6 +105,7 @@ PROVENANCE_LABELS = {
     "spread": "spread",
     "pinned": "pinned",
     "anchor": "anchor",
+    "entity": "named entity",
 }
 FACTOR_LABELS = {
     "budget": "token budget",

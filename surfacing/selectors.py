@@ -33,8 +33,10 @@ __all__ = [
     "anchor_rows",
     "anchors_info",
     "candidate_rows",
+    "entity_memories",
     "memories_in_workspace",
     "memory_details",
+    "most_recent",
     "session_pins",
     "workspace_settings",
 ]
@@ -185,6 +187,45 @@ def candidate_rows(
         embeddings=embeddings,
         position={mid: i for i, mid in enumerate(row_ids)},
     )
+
+
+def entity_memories(*, workspace: Workspace, keys: Sequence[str]) -> list[uuid.UUID]:
+    """Active entity memories of ``workspace`` whose subject (the entity key) is one of ``keys``, in the
+    order of ``keys`` (one read of the (workspace, memory_type, subject) index)."""
+    if not keys:
+        return []
+    rows = Memory.objects.filter(
+        workspace=workspace, memory_type=MemoryType.ENTITY, subject__in=list(keys), status=Status.ACTIVE
+    ).values_list("id", "subject")
+    rank = {key: i for i, key in enumerate(keys)}
+    return [mid for mid, _ in sorted(rows, key=lambda row: (rank[row[1]], row[0].int))]
+
+
+MOST_RECENT_CHUNK = 5_000
+"""Ids per query of ``most_recent``: well inside SQLite's 32,766 bound variables."""
+
+
+def most_recent(*, workspace: Workspace, ids: Sequence[uuid.UUID], limit: int) -> list[uuid.UUID]:
+    """The ``limit`` most recently updated active memories of ``workspace`` among ``ids``, newest first
+    (ties by id). One query per ``MOST_RECENT_CHUNK`` ids, each already cut to ``limit`` rows."""
+    unique = list(dict.fromkeys(ids))
+    if not unique or limit <= 0:
+        return []
+    table = Memory._meta.db_table
+    plus = "+" if connection.vendor == "sqlite" else ""  # keep SQLite on the primary key, see candidate_rows
+    found: list[tuple[Any, Any]] = []
+    with connection.cursor() as cursor:
+        for start in range(0, len(unique), MOST_RECENT_CHUNK):
+            chunk = unique[start : start + MOST_RECENT_CHUNK]
+            cursor.execute(
+                f"SELECT id, updated_at FROM {table} WHERE id IN ({','.join(['%s'] * len(chunk))}) "
+                f"AND {plus}workspace_id = %s AND {plus}status = %s ORDER BY updated_at DESC, id LIMIT %s",
+                [*_sql_ids(chunk), workspace.pk, Status.ACTIVE, limit],
+            )
+            found.extend(cursor.fetchall())
+    found.sort(key=lambda row: (str(row[0]),))
+    found.sort(key=lambda row: row[1], reverse=True)
+    return [_uuid(raw) for raw, _ in found[:limit]]
 
 
 @dataclass(frozen=True)

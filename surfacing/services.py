@@ -10,7 +10,9 @@ get_working_context (seed 001) runs, in order:
    reaches ``semantic_min_similarity``: there is no vector index (no pgvector here), and keeping every
    embedding of a 100k workspace in memory for a full scan would cost 100 MB per workspace. Legacy mode
    and factual:point-query use lexical relevance only (the seed's "lexical" legacy product; factual
-   queries skip semantic search);
+   queries skip semantic search). A factual:point-query that names an entity with an entity memory adds
+   that memory and the memories that mention it (MENTIONS edges of the graph store) as candidates, see
+   ``_add_entity_mentions``;
 3. deep:multi-hop only: spreading activation from the top ``graph_seeds`` candidates by relevance.
    Neighbours join the candidate set with a *propagated relevance*
    ``damping ** hops * relevance(originating seed)`` (or their own relevance, when higher), so a memory
@@ -56,7 +58,14 @@ from surfacing.algorithms.composite import (
     SurfacingMode,
     score_candidates,
 )
-from surfacing.algorithms.graph import SPREAD_EDGE_CODES, edge_type_mask, top_neighbours
+from surfacing.algorithms.graph import (
+    SPREAD_EDGE_CODES,
+    edge_type_mask,
+    edge_type_name,
+    top_neighbours,
+    top_neighbours_many,
+)
+from surfacing.algorithms.point_query import MENTION_EDGE_CODES, entity_keys, mention_relevance
 from surfacing.algorithms.ppr import candidate_centrality, ppr_push, top_k
 from surfacing.algorithms.relevance import cosine_to_query, fuse, normalise_bm25
 from surfacing.algorithms.router import RouteDecision, Strategy, parse_strategy, route
@@ -270,6 +279,13 @@ class _Candidates:
         """Add or relabel a mandatory entry (pin, anchor): its provenance is why it is there."""
         self.add(mid, relevance, kind, row)
         self.kind[self.at[mid]] = kind
+
+    def claim(self, mid: uuid.UUID, relevance: float, kind: str, row: int, node: int = -1) -> None:
+        """Add or relabel an entry the graph brought in (point queries): the graph path is its provenance
+        even when the full-text search found it too."""
+        self.add(mid, relevance, kind, row, node)
+        at = self.at[mid]
+        self.kind[at], self.node[at] = kind, node
 
     def provenance(self, i: int, graph: _GraphResult) -> dict[str, Any]:
         mid = self.ids[i]
@@ -569,7 +585,20 @@ def get_working_context(
     if router and strategy_used is Strategy.DEEP_MULTI_HOP:
         graph = _graph_walk(workspace=workspace, seed_ids=found.ids[: cfg.graph_seeds], cfg=cfg)
         reasons.extend(graph.reasons)
-    data = _add_spread(workspace, graph, found, cands, cfg, now)
+        data = _add_spread(workspace, graph, found, cands, cfg, now)
+    elif router and strategy_used is Strategy.FACTUAL_POINT_QUERY:
+        graph, data = _add_entity_mentions(
+            workspace=workspace,
+            query=query,
+            found=found,
+            cands=cands,
+            cfg=cfg,
+            limit=max(cfg.candidate_multiplier * k, k),
+            now=now,
+        )
+        reasons.extend(graph.reasons)
+    else:
+        data = found.rows
     for pid in pins:
         if pid in rows.position:
             cands.force(pid, "pinned", 0.0, rows.position[pid])
@@ -725,6 +754,93 @@ def _add_spread(
         if row is not None:
             cands.add(mid, propagated, "spread", offset + row, node)
     return rows.concat(extra)
+
+
+MAX_ENTITY_NEIGHBOURS = 50_000
+"""Mentions of one entity read from the graph for a point query (heaviest edges first, ties by node)."""
+
+
+def _add_entity_mentions(
+    *,
+    workspace: Workspace,
+    query: str,
+    found: _Search,
+    cands: _Candidates,
+    cfg: SurfacingSettings,
+    limit: int,
+    now: datetime,
+) -> tuple[_GraphResult, selectors.CandidateRows]:
+    """factual:point-query over the graph (see ``surfacing.algorithms.point_query``).
+
+    When the query names an entity that has an entity memory, that memory (kind ``entity``) and the
+    memories joined to it by MENTIONS / MENTIONED_IN edges (kind ``spread``, seeded at the entity, one
+    hop) become candidates with ``mention_relevance``. Mentions that the full-text search also returned
+    always compete; of the others, the ``limit`` most recently updated do (a popular entity has
+    thousands of mentions, and recency is the strongest composite term a pure mention has). The lexical
+    hits stay candidates too: only conversation ingestion writes MENTIONS edges, so a note written
+    through the API that names the entity is found by its words. Without an entity memory the query
+    stays lexical, as before, and no reason is added. Reasons: ``entity:<n>_named`` and
+    ``entity_mentions:<candidates>_of_<mentions>``.
+    """
+    rows = found.rows
+    entity_ids = selectors.entity_memories(workspace=workspace, keys=entity_keys(query))
+    if not entity_ids:
+        return _GraphResult(None, {}, [], {}, []), rows
+    subgraph = graph_store().neighbourhood(
+        workspace, entity_ids, hops=1, max_nodes=len(entity_ids) * (1 + MAX_ENTITY_NEIGHBOURS)
+    )
+    seeds = subgraph.nodes_of(entity_ids)
+    reasons = [f"entity:{len(entity_ids)}_named"]
+    nodes, owners = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    codes: npt.NDArray[np.int8] = np.empty(0, dtype=np.int8)
+    if seeds:
+        nb = top_neighbours_many(subgraph.csr, seeds, MAX_ENTITY_NEIGHBOURS, edge_type_mask(MENTION_EDGE_CODES))
+        fresh = ~np.isin(nb.nodes, seeds)
+        # A memory naming two of the entities is reached from the first one (query order).
+        _, first = np.unique(nb.nodes[fresh], return_index=True)
+        first.sort()
+        nodes, owners, codes = nb.nodes[fresh][first], nb.owner[fresh][first], nb.edge_types[fresh][first]
+    nodes_total = int(nodes.shape[0])
+    searched_nodes = set(subgraph.nodes_of(found.ids))
+    is_searched = np.fromiter((n in searched_nodes for n in nodes.tolist()), dtype=np.bool_, count=nodes.shape[0])
+    others = nodes[~is_searched]
+    if others.shape[0] > limit:
+        recent = selectors.most_recent(workspace=workspace, ids=[subgraph.ids[n] for n in others.tolist()], limit=limit)
+        others = np.asarray(subgraph.nodes_of(recent), dtype=np.int64)
+    keep = is_searched | np.isin(nodes, others)
+    nodes, owners, codes = nodes[keep], owners[keep], codes[keep]
+    hits = {
+        node: SpreadHit(cfg.spread_damping, 1, seeds[owner], edge_type_name(code), seeds[owner])
+        for node, owner, code in zip(nodes.tolist(), owners.tolist(), codes.tolist(), strict=True)
+    }
+    mention_ids = [subgraph.ids[node] for node in hits]
+    missing = [mid for mid in [*entity_ids, *mention_ids] if mid not in rows.position]
+    extra = selectors.candidate_rows(workspace=workspace, ids=missing, now=now)
+    data = rows.concat(extra)
+    offset = len(rows)
+
+    def row_of(mid: uuid.UUID) -> int | None:
+        at = rows.position.get(mid)
+        if at is not None:
+            return at
+        at = extra.position.get(mid)
+        return None if at is None else offset + at
+
+    # Entity memories first, then their mentions in graph order; both through one relevance rule.
+    lexical_of = dict(zip(found.ids, found.lexical.tolist(), strict=True))
+    entries = [(mid, 0, "entity", -1) for mid in entity_ids]
+    entries += [(mid, 1, "spread", node) for mid, node in zip(mention_ids, hits, strict=True)]
+    relevance = mention_relevance(
+        [lexical_of.get(mid, 0.0) for mid, _, _, _ in entries], [hops for _, hops, _, _ in entries], cfg.spread_damping
+    )
+    reached = 0
+    for (mid, _, kind, node), rel in zip(entries, relevance.tolist(), strict=True):
+        row = row_of(mid)
+        if row is not None:  # archived or forgotten memories have no row
+            cands.claim(mid, rel, kind, row, node)
+            reached += kind == "spread"
+    reasons.append(f"entity_mentions:{reached}_of_{nodes_total}")
+    return _GraphResult(subgraph, hits, seeds, {}, reasons), data
 
 
 # -- search -----------------------------------------------------------------------------------------

@@ -5,9 +5,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from memories import services as memory_services
+from memories.inputs import SessionInput, TurnInput
 from memories.models import Memory, Role, Workspace
 from memories.signalbus import LocalSignalBus
 from surfacing.graphstore import SqlGraphStore, set_graph_store
@@ -91,6 +93,40 @@ def test_context_returns_the_contract_shape(
         assert set(item["provenance"]) == {"kind", "seed", "edge_type", "hops", "path"}
     assert body["tokens_used"] == sum(max(1, -(-len(item["content"]) // 4)) for item in body["items"])
     assert fresh_signal_bus.pending() > 0  # boosts and events queued
+
+
+def test_context_of_a_point_query_names_the_entity_in_the_provenance(
+    api: APIClient, workspace: Workspace, user: Any
+) -> None:
+    turn = memory_services.conversation_ingest(
+        workspace=workspace,
+        actor=user,
+        sessions=[SessionInput(started_at=timezone.now(), turns=(TurnInput(speaker="Ana", text="pg is up"),))],
+    )[0]
+    entity = Memory.objects.get(workspace=workspace, memory_type="entity", subject="postgresql")
+    response = api.post(url("acme", "context"), {"query": "PostgreSQL", "mode": "router"}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["strategy_used"] == "factual:point-query"
+    kinds = {item["id"]: (item["provenance"]["kind"], item["provenance"]["seed"]) for item in body["items"]}
+    assert kinds == {str(entity.id): ("entity", None), str(turn): ("spread", str(entity.id))}
+
+
+def test_context_of_a_point_query_on_a_popular_entity_has_a_bounded_query_count(
+    api: APIClient, workspace: Workspace, user: Any, django_assert_max_num_queries: Any
+) -> None:
+    turns = tuple(TurnInput(speaker="Ana", text=f"pg shard {i} moved") for i in range(60))
+    memory_services.conversation_ingest(
+        workspace=workspace, actor=user, sessions=[SessionInput(started_at=timezone.now(), turns=turns)]
+    )
+    body = {"query": "PostgreSQL", "mode": "router", "k": 3}
+    api.post(url("acme", "context"), body, format="json")  # builds the graph snapshot once
+    # token, membership, pins, lexical, candidate rows, entity memories, graph generation, the most
+    # recent mentions, their rows, details: 10, whatever the number of mentions.
+    with django_assert_max_num_queries(10):
+        response = api.post(url("acme", "context"), body, format="json")
+    assert response.status_code == 200
+    assert response.json()["reasons"][-1] == "entity_mentions:15_of_60"
 
 
 def test_context_explain_adds_declined_candidates(api: APIClient, workspace: Workspace, make_memory: Make) -> None:
@@ -284,10 +320,11 @@ def test_context_query_count_is_bounded(
     api.post(url("acme", "context"), body, format="json")  # builds the graph snapshot once
     # token, membership, anchors, pins, lexical, candidate rows, graph generation, spread rows, details,
     # anchor drift: 10 at most, whatever the number of candidates. Without the graph walk: the spread
-    # rows go and the generation check stays (co-retrieved partners), 8.
+    # rows go and the generation check stays (co-retrieved partners), 8; a point query also looks up
+    # the entity memories the query may name, 9.
     with django_assert_max_num_queries(10):
         response = api.post(url("acme", "context"), body, format="json")
     assert response.status_code == 200
-    for strategy in ("fast:recency", "factual:point-query"):
-        with django_assert_max_num_queries(8):
+    for strategy, most in (("fast:recency", 8), ("factual:point-query", 9)):
+        with django_assert_max_num_queries(most):
             assert api.post(url("acme", "context"), {**body, "strategy": strategy}, format="json").status_code == 200

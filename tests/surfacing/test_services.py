@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -11,6 +11,7 @@ from django.utils import timezone
 from memories import services as memory_services
 from memories.algorithms.activation import decayed_activation
 from memories.errors import InvalidInput
+from memories.inputs import SessionInput, TurnInput
 from memories.models import Memory, RetrievalEvent, Status, Workspace
 from memories.signalbus import LocalSignalBus
 from surfacing import services
@@ -175,6 +176,107 @@ def test_factual_point_query_skips_the_semantic_pool(workspace: Workspace, make_
     assert unrelated.id in ids(fast)
     assert {i.provenance["kind"] for i in fast.items if i.id == unrelated.id} == {"recent"}
     assert unrelated.id not in ids(factual)
+
+
+def ingest(workspace: Workspace, user: Any, day: int, lines: list[str], speaker: str = "Ana") -> list[Any]:
+    return memory_services.conversation_ingest(
+        workspace=workspace,
+        actor=user,
+        sessions=[
+            SessionInput(
+                started_at=datetime(2025, 3, day, 9, tzinfo=UTC),
+                turns=tuple(TurnInput(speaker=speaker, text=text) for text in lines),
+            )
+        ],
+    )
+
+
+def entity_memory(workspace: Workspace, key: str) -> Memory:
+    return Memory.objects.get(workspace=workspace, memory_type="entity", subject=key)
+
+
+def test_a_point_query_naming_an_entity_returns_it_and_the_memories_that_mention_it(
+    workspace: Workspace, user: Any, make_memory: Make
+) -> None:
+    # "pg" is an alias: the turn mentions PostgreSQL without the word, so only the graph can find it.
+    alias_turn, named_turn, _ = ingest(
+        workspace, user, 1, ["We moved the shards to pg last night", "PostgreSQL upgrade is done", "Lunch?"]
+    )
+    note = make_memory("PostgreSQL tuning checklist for the reporting box")  # API note: no MENTIONS edge
+    entity = entity_memory(workspace, "postgresql")
+    slow = {"recency_time_constant_hours": 24.0 * 3650}
+
+    ctx = services.get_working_context(
+        workspace, "s", "PostgreSQL", mode="router", settings_override=slow, record=False
+    )
+
+    assert ctx.strategy_used == "factual:point-query"
+    assert ctx.reasons == ["bare_noun", "entity:1_named", "entity_mentions:2_of_2"]
+    by_id = {item.id: item for item in ctx.items}
+    assert set(by_id) == {entity.id, alias_turn, named_turn, note.id}
+    assert by_id[entity.id].provenance == {
+        "kind": "entity",
+        "seed": None,
+        "edge_type": None,
+        "hops": 0,
+        "path": [str(entity.id)],
+    }
+    for turn in (alias_turn, named_turn):
+        assert by_id[turn].provenance == {
+            "kind": "spread",
+            "seed": str(entity.id),
+            "edge_type": "MENTIONS",
+            "hops": 1,
+            "path": [str(entity.id), str(turn)],
+        }
+    assert by_id[note.id].provenance["kind"] == "lexical"
+    assert by_id[entity.id].score_breakdown["relevance"] == 1.0
+    assert by_id[alias_turn].score_breakdown["relevance"] == 0.5  # damping ** 1: no shared word
+    assert by_id[named_turn].score_breakdown["relevance"] >= 0.5  # its lexical score when higher
+    assert by_id[alias_turn].score_breakdown["centrality"] == 0.0  # no PPR for point queries
+
+
+def test_a_point_query_without_an_entity_memory_stays_lexical(workspace: Workspace, user: Any) -> None:
+    ingest(workspace, user, 1, ["We moved the shards to pg last night"])
+    ctx = services.get_working_context(workspace, "s", "show shards", mode="router", record=False)
+    assert ctx.strategy_used == "factual:point-query"
+    assert ctx.reasons == ["lookup_prefix:show"]
+    assert {item.provenance["kind"] for item in ctx.items} == {"lexical"}
+
+
+def test_a_popular_entity_brings_its_most_recent_mentions_and_every_mention_that_matches_lexically(
+    workspace: Workspace, user: Any
+) -> None:
+    turns = {day: ingest(workspace, user, day, [f"pg shard {day} rebalanced"])[0] for day in range(1, 9)}
+    worded = ingest(workspace, user, 9, ["the rebalanced pg shard is PostgreSQL 16"])[0]  # day 9, also lexical
+    slow = {"recency_time_constant_hours": 24.0 * 3650}
+
+    # k=1: the candidate limit is max(5 * 1, 1) = 5 mentions besides the lexical ones.
+    ctx = services.get_working_context(
+        workspace, "s", "PostgreSQL", k=1, mode="router", settings_override=slow, record=False, explain=True
+    )
+
+    assert ctx.reasons[-1] == "entity_mentions:6_of_9"
+    assert ctx.declined is not None
+    seen = {item.id for item in ctx.items} | {item.id for item in ctx.declined}
+    assert worded in seen
+    assert {turns[day] for day in range(4, 9)} <= seen
+    assert not {turns[day] for day in range(1, 4)} & seen
+
+
+def test_an_archived_mention_is_not_surfaced_by_a_point_query(workspace: Workspace, user: Any) -> None:
+    kept, gone = ingest(workspace, user, 1, ["pg is fast", "pg is slow"])
+    memory_services.memory_archive(workspace=workspace, memory=Memory.objects.get(pk=gone), actor=user)
+    ctx = services.get_working_context(workspace, "s", "PostgreSQL", mode="router", record=False)
+    assert kept in ids(ctx)
+    assert gone not in ids(ctx)
+
+
+def test_legacy_mode_never_takes_the_entity_path(workspace: Workspace, user: Any) -> None:
+    alias_turn = ingest(workspace, user, 1, ["We moved the shards to pg last night"])[0]
+    ctx = services.get_working_context(workspace, "s", "PostgreSQL", mode="legacy", record=False)
+    assert alias_turn not in ids(ctx)
+    assert ctx.reasons == ["legacy_mode"]
 
 
 def test_soft_degraded_strategy_runs_fast_recency(workspace: Workspace, make_memory: Make) -> None:
