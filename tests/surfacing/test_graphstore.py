@@ -419,6 +419,8 @@ def test_snapshot_ids_and_index_behave_like_a_list_and_a_dict(
         snapshot.ids[3]
     assert dict(snapshot.index) == {mid: i for i, mid in enumerate(ordered)}
     assert snapshot.index.get(uuid.uuid4(), -1) == -1
+    assert snapshot.index.get(ordered[2]) == 2
+    assert snapshot.nodes_of([ordered[2], uuid.uuid4(), ordered[0]]) == [2, 0]
     assert "not a uuid" not in snapshot.index
     with pytest.raises(KeyError):
         snapshot.index[uuid.uuid4()]
@@ -431,3 +433,5 @@ def test_node_positions_resolve_colliding_high_halves() -> None:
     decoded = keys.uuids()
     assert [keys.position(i) for i in ids] == [decoded.index(i) for i in ids]
     assert keys.position(uuid.UUID(int=(shared << 64) | 2)) == -1
+    missing = uuid.UUID(int=(shared << 64) | 2)
+    assert keys.positions([*ids, missing]).tolist() == [*(decoded.index(i) for i in ids), -1]
