@@ -81,6 +81,14 @@ class Subgraph:
     build_seconds: float = 0.0
     incremental: bool = False
 
+    def ids_of(self, nodes: npt.ArrayLike) -> list[uuid.UUID]:
+        """Memory ids of node indices, in the given order (decoded in bulk for the SQL store's views)."""
+        positions = np.asarray(nodes, dtype=np.int64).ravel()
+        ids = self.ids
+        if isinstance(ids, _NodeIds):
+            return ids.many(positions)
+        return [ids[i] for i in positions.tolist()]
+
     def nodes_of(self, memory_ids: Sequence[uuid.UUID]) -> list[int]:
         """Node indices of those memories that are in the graph, in the given order."""
         index = self.index
@@ -241,6 +249,11 @@ class _NodeIds(Sequence[uuid.UUID]):
 
     def __iter__(self) -> Iterator[uuid.UUID]:
         return iter(self._nodes.uuids())
+
+    def many(self, positions: npt.NDArray[np.int64]) -> list[uuid.UUID]:
+        """The ids at ``positions`` (one gather of the halves, then one UUID per id)."""
+        hi, lo = self._nodes.hi[positions].tolist(), self._nodes.lo[positions].tolist()
+        return [uuid.UUID(int=(h << 64) | lw) for h, lw in zip(hi, lo, strict=True)]
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, _NodeIds):

@@ -194,9 +194,14 @@ def entity_memories(*, workspace: Workspace, keys: Sequence[str]) -> list[uuid.U
     order of ``keys`` (one read of the (workspace, memory_type, subject) index)."""
     if not keys:
         return []
-    rows = Memory.objects.filter(
-        workspace=workspace, memory_type=MemoryType.ENTITY, subject__in=list(keys), status=Status.ACTIVE
-    ).values_list("id", "subject")
+    # Plain SQL: it runs on every point query, and the ORM's query building costs ten times the lookup.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, subject FROM {Memory._meta.db_table} WHERE workspace_id = %s AND memory_type = %s "
+            f"AND subject IN ({','.join(['%s'] * len(keys))}) AND status = %s",
+            [workspace.pk, MemoryType.ENTITY, *keys, Status.ACTIVE],
+        )
+        rows = [(_uuid(raw), subject) for raw, subject in cursor.fetchall()]
     rank = {key: i for i, key in enumerate(keys)}
     return [mid for mid, _ in sorted(rows, key=lambda row: (rank[row[1]], row[0].int))]
 

@@ -805,7 +805,7 @@ def _add_entity_mentions(
     is_searched = np.fromiter((n in searched_nodes for n in nodes.tolist()), dtype=np.bool_, count=nodes.shape[0])
     others = nodes[~is_searched]
     if others.shape[0] > limit:
-        recent = selectors.most_recent(workspace=workspace, ids=[subgraph.ids[n] for n in others.tolist()], limit=limit)
+        recent = selectors.most_recent(workspace=workspace, ids=subgraph.ids_of(others), limit=limit)
         others = np.asarray(subgraph.nodes_of(recent), dtype=np.int64)
     keep = is_searched | np.isin(nodes, others)
     nodes, owners, codes = nodes[keep], owners[keep], codes[keep]
@@ -813,7 +813,7 @@ def _add_entity_mentions(
         node: SpreadHit(cfg.spread_damping, 1, seeds[owner], edge_type_name(code), seeds[owner])
         for node, owner, code in zip(nodes.tolist(), owners.tolist(), codes.tolist(), strict=True)
     }
-    mention_ids = [subgraph.ids[node] for node in hits]
+    mention_ids = subgraph.ids_of(nodes)
     missing = [mid for mid in [*entity_ids, *mention_ids] if mid not in rows.position]
     extra = selectors.candidate_rows(workspace=workspace, ids=missing, now=now)
     data = rows.concat(extra)
