@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smartmemory_site.settings")
@@ -15,12 +16,13 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from smartmemory_site.routing import websocket_urlpatterns  # noqa: E402
 from smartmemory_site.runtime import start_background_workers  # noqa: E402
+from smartmemory_site.threadpool import PooledSyncThreads  # noqa: E402
 
 start_background_workers()
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": PooledSyncThreads(django_asgi_app, size=settings.SYNC_WORKER_THREADS),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

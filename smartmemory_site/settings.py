@@ -117,6 +117,8 @@ LLM_TIMEOUT_SECONDS = config.env_int("LLM_TIMEOUT_SECONDS", 30, minimum=1)
 SIGNAL_FLUSH_SECONDS = config.env_int("SIGNAL_FLUSH_SECONDS", 5, minimum=1)
 # The in-process flusher thread is started by the ASGI server; tests flush explicitly.
 SIGNAL_BACKGROUND_FLUSH = config.env_bool("SIGNAL_BACKGROUND_FLUSH", True)
+# Threads that run Django's synchronous request code under ASGI (smartmemory_site.threadpool).
+SYNC_WORKER_THREADS = config.env_int("SYNC_WORKER_THREADS", 8, minimum=1)
 SESSION_PIN_TTL_SECONDS = config.env_int("SESSION_PIN_TTL_SECONDS", 24 * 3600, minimum=1)
 
 if REDIS_URL:

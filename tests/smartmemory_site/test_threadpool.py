@@ -1,0 +1,109 @@
+"""PooledSyncThreads: HTTP requests reuse a fixed set of threads for their synchronous work."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from smartmemory_site.threadpool import PooledSyncThreads
+
+
+class RecordingApp:
+    """An ASGI app whose request handling, like Django's, does thread-sensitive synchronous work."""
+
+    def __init__(self, hold: float = 0.0) -> None:
+        self.threads: list[int] = []
+        self.hold = hold
+        self.running = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+
+    def _work(self) -> None:
+        with self._lock:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+        threading.Event().wait(self.hold)
+        self.threads.append(threading.get_ident())
+        with self._lock:
+            self.running -= 1
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await sync_to_async(self._work)()
+        await sync_to_async(self._work)()
+
+
+async def _noop_receive() -> dict[str, Any]:
+    return {"type": "http.disconnect"}
+
+
+async def _noop_send(message: dict[str, Any]) -> None:
+    return None
+
+
+def test_sequential_requests_run_on_the_same_long_lived_thread() -> None:
+    app = RecordingApp()
+    pool = PooledSyncThreads(app, size=1)
+
+    async def main() -> None:
+        for _ in range(3):
+            await pool({"type": "http"}, _noop_receive, _noop_send)
+
+    asyncio.run(main())
+    pool.shutdown()
+    assert len(app.threads) == 6
+    assert len(set(app.threads)) == 1
+    assert threading.get_ident() not in app.threads
+
+
+def test_concurrent_requests_never_exceed_the_pool_size() -> None:
+    app = RecordingApp(hold=0.02)
+    pool = PooledSyncThreads(app, size=2)
+
+    async def main() -> None:
+        await asyncio.gather(*(pool({"type": "http"}, _noop_receive, _noop_send) for _ in range(6)))
+
+    asyncio.run(main())
+    pool.shutdown()
+    assert len(app.threads) == 12
+    assert app.peak == 2
+    assert len(set(app.threads)) == 2
+
+
+def test_a_request_that_fails_gives_its_thread_back() -> None:
+    calls: list[int] = []
+
+    async def failing(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        calls.append(await sync_to_async(threading.get_ident)())
+        raise RuntimeError("view crashed")
+
+    pool = PooledSyncThreads(failing, size=1)
+
+    async def main() -> None:
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="view crashed"):
+                await pool({"type": "http"}, _noop_receive, _noop_send)
+
+    asyncio.run(main())
+    pool.shutdown()
+    assert len(calls) == 2 and calls[0] == calls[1]
+
+
+def test_other_scopes_pass_straight_through() -> None:
+    seen: list[str] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen.append(scope["type"])
+
+    pool = PooledSyncThreads(app, size=1)
+    asyncio.run(pool({"type": "lifespan"}, _noop_receive, _noop_send))
+    pool.shutdown()
+    assert seen == ["lifespan"]
+
+
+def test_a_pool_needs_at_least_one_thread() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        PooledSyncThreads(RecordingApp(), size=0)
