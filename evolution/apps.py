@@ -15,5 +15,7 @@ class EvolutionConfig(AppConfig):
 
         register_write_policy(write_policy_hook)
 
-        # The engine registers what approving and rejecting a strategy proposal does.
-        import evolution.engine  # noqa: F401
+        # The engine registers what approving and rejecting a strategy proposal does; evolution.merges what
+        # approving a merge does.
+        import evolution.engine
+        import evolution.merges  # noqa: F401

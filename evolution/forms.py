@@ -96,6 +96,47 @@ class StrategyModifyForm(_Form):
         return data
 
 
+MERGE_NONE = "Choose at least one other memory to merge into the kept one."
+
+
+class MergeModifyForm(_Form):
+    """Which memory of the group to keep, and which of the others to merge into it (the group is fixed)."""
+
+    keep = forms.ChoiceField(label="Keep", widget=forms.RadioSelect)
+    merge = forms.MultipleChoiceField(
+        label="Merge into it", widget=forms.CheckboxSelectMultiple, error_messages={"required": MERGE_NONE}
+    )
+    reason = _reason_field(required=False, label="Note (optional)")
+
+    def __init__(self, *args: Any, choices: list[tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["keep"].choices = choices  # type: ignore[attr-defined]
+        self.fields["merge"].choices = choices  # type: ignore[attr-defined]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        keep = data.get("keep")
+        # Ticking the kept memory as merged too is read as "keep this one": it is dropped from the merge.
+        merge = [m for m in data.get("merge") or [] if m != keep]
+        if keep and "merge" in data and not merge:
+            self.add_error("merge", MERGE_NONE)
+        data["merge"] = merge
+        return data
+
+    def payload(self) -> dict[str, Any]:
+        return {"keep": self.cleaned_data["keep"], "merge": self.cleaned_data["merge"]}
+
+
+def _merge_form(proposal: Proposal, payload: dict[str, Any], data: Any) -> MergeModifyForm:
+    group = [str(i) for i in payload.get("group") or [] if isinstance(i, str)]
+    raw = payload.get("contents")
+    contents: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    choices = [(i, f"{contents.get(i, '')} ({i})" if contents.get(i) else i) for i in group]
+    keep = payload.get("keep") if isinstance(payload.get("keep"), str) else ""
+    merge = [i for i in payload.get("merge") or [] if isinstance(i, str)]
+    return MergeModifyForm(data, initial={"keep": keep, "merge": merge}, prefix=f"p{proposal.pk}", choices=choices)
+
+
 class PayloadModifyForm(_Form):
     """Any other kind: the payload as JSON (approval applies whatever its applier makes of it)."""
 
@@ -116,7 +157,7 @@ class PayloadModifyForm(_Form):
         return value
 
 
-ModifyForm = SummaryModifyForm | StrategyModifyForm | PayloadModifyForm
+ModifyForm = SummaryModifyForm | StrategyModifyForm | MergeModifyForm | PayloadModifyForm
 
 
 def modify_form(proposal: Proposal, data: Any = None) -> ModifyForm:
@@ -131,6 +172,8 @@ def modify_form(proposal: Proposal, data: Any = None) -> ModifyForm:
     if proposal.kind == ProposalKind.STRATEGY:
         initial = {"rule": payload.get("rule"), "task_type": payload.get("task_type") or "", "title": proposal.title}
         return StrategyModifyForm(data, initial=initial, prefix=f"p{proposal.pk}")
+    if proposal.kind == ProposalKind.MERGE:
+        return _merge_form(proposal, payload, data)
     shown = {k: v for k, v in payload.items() if k != "proposed"}
     return PayloadModifyForm(
         data, initial={"payload_json": json.dumps(shown, indent=2, ensure_ascii=False)}, prefix=f"p{proposal.pk}"

@@ -32,7 +32,7 @@ from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from evolution import curation, dream, engine, memdir_io, page_selectors, proposals, services
+from evolution import curation, dream, engine, memdir_io, merges, page_selectors, proposals, services
 from evolution.algorithms.engine import REVIEW_TASK_TYPE
 from evolution.evolvers.base import REASONS
 from evolution.forms import (
@@ -62,7 +62,7 @@ from memories import selectors as memory_selectors
 from memories import services as memory_services
 from memories.errors import Conflict, InvalidInput
 from memories.forms import MemoryEditForm
-from memories.models import Memory, MemoryType, Status
+from memories.models import EdgeType, Memory, MemoryType, Status
 from memories.selectors import WorkspaceAccess
 from memories.views import domain_errors
 
@@ -296,6 +296,61 @@ def _conflict_preview(proposal: Proposal) -> Preview:
     return Preview(notes=notes)
 
 
+def _merge_value(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "—"
+    return _shown(value)
+
+
+def _merge_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls) -> Preview:
+    """The fields each memory of the group would change, from the rows as they are now."""
+    payload = _payload(proposal)
+    try:
+        keep, merge = merges.merge_choice(payload)
+    except InvalidInput as exc:
+        return Preview(problems=[f"Not applicable as it stands: {exc.detail}"])
+    preview = Preview(
+        notes=[
+            f"Each merged memory gets a {EdgeType.SUPERSEDES} edge from the kept one. Nothing is deleted; "
+            "the change is one record that can be reverted exactly.",
+        ]
+    )
+    refs = {ref.id: ref for ref in _refs([keep, *merge], rows, urls)}
+    fields: dict[str, tuple[list[str], float]] = {}
+    for mid, ref in refs.items():
+        m = ref.memory
+        if m is None:
+            preview.problems.append(f"Memory {mid} no longer exists: approving will be refused.")
+        elif m.status != Status.ACTIVE:
+            preview.problems.append(f"Memory {mid} is {m.status} now: approving will be refused.")
+        elif m.pinned:
+            preview.problems.append(f"Memory {mid} was pinned since: approving will be refused.")
+        else:
+            fields[mid] = (list(m.tags or []), float(m.retention_score))
+    if preview.problems:
+        return preview
+    before, after = merges.merge_plan(keep, merge, fields)
+    kept = refs[keep]
+    similarity = payload.get("similarity") if isinstance(payload.get("similarity"), dict) else {}
+    for mid in [keep, *merge]:
+        if mid not in after:
+            continue
+        changes = [
+            FieldChange(
+                name,
+                _merge_value(before[mid].get(name)),
+                kept.label if name == "superseded_by" else _merge_value(value),
+            )
+            for name, value in after[mid].items()
+        ]
+        cos = similarity.get(mid) if similarity else None
+        reason = "kept" if mid == keep else (f"cosine {float(cos):.4f} to the kept memory" if cos is not None else "")
+        preview.changes.append(RowChange(refs[mid], changes, reason))
+    if keep not in after:
+        preview.notes.append("The kept memory already has every tag and the highest retention: it stays as it is.")
+    return preview
+
+
 def _generic_preview(proposal: Proposal) -> Preview:
     # Read-only look at the registry: the preview must say whether approval changes anything at all.
     if proposals._APPLIERS.get(proposal.kind) is None:
@@ -315,6 +370,8 @@ def _preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: MemoryU
         return _strategy_preview(proposal, rows, urls)
     if proposal.kind == ProposalKind.CONFLICT:
         return _conflict_preview(proposal)
+    if proposal.kind == ProposalKind.MERGE:
+        return _merge_preview(proposal, rows, urls)
     return _generic_preview(proposal)
 
 
@@ -338,7 +395,11 @@ class Card:
         return self.proposal.status == ProposalStatus.PENDING
 
 
-_SHOWN_KEYS: Final = frozenset({"content", "rule", "summarizes", "options", "vetoes", "evidence", "proposed"})
+# Payload keys the card shows elsewhere (the preview, the sources), left out of its "Payload" details.
+_SHOWN_KEYS: Final = frozenset(
+    {"content", "rule", "summarizes", "options", "vetoes", "evidence", "proposed"}
+    | {"group", "contents", "before", "after"}
+)
 
 
 def _card(
@@ -371,6 +432,8 @@ def _card_ids(items: Sequence[Proposal]) -> list[Any]:
         payload = _payload(p)
         ids.extend(payload.get("summarizes") or ())
         ids.extend(payload.get("supersedes") or ())
+        if p.kind == ProposalKind.MERGE:
+            ids.extend(payload.get("group") or ())
     return ids
 
 

@@ -31,6 +31,9 @@ from evolution.evolvers import typed  # noqa: F401  isort: skip
 from evolution.evolvers import compression  # noqa: F401  isort: skip
 from evolution.evolvers import lifecycle  # noqa: F401  isort: skip
 
+# The duplicate merger proposes merges and runs only when named.
+from evolution.evolvers import merge  # noqa: F401  isort: skip
+
 __all__ = [
     "EVOLVERS",
     "EvolutionResult",

@@ -162,7 +162,8 @@ def test_a_proposal_of_another_workspace_is_not_found(kit: Any, other_workspace:
 
 
 def test_a_kind_without_an_applier_records_the_decision_only(kit: Any, user: Any) -> None:
-    proposal, _ = proposal_create(workspace=kit.workspace, kind="merge", title="merge a and b", payload={"ids": []})
+    # Conflict questions are the kind that stays a decision only (merge, promotion and reflection now apply).
+    proposal, _ = proposal_create(workspace=kit.workspace, kind="conflict", title="which rule?", payload={"ids": []})
     approved = proposal_approve(workspace=kit.workspace, proposal_id=proposal.pk, actor=user)
     assert approved.status == ProposalStatus.APPROVED
     assert approved.applied_record is None
