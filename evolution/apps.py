@@ -15,7 +15,8 @@ class EvolutionConfig(AppConfig):
 
         register_write_policy(write_policy_hook)
 
-        # The engine registers what approving and rejecting a strategy proposal does; evolution.merges what
-        # approving a merge does.
+        # The engine registers what approving and rejecting a strategy proposal does; evolution.merges and
+        # evolution.dream_proposals what approving a merge, a reflection or a promotion does.
+        import evolution.dream_proposals
         import evolution.engine
         import evolution.merges  # noqa: F401

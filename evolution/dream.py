@@ -21,9 +21,11 @@ an archive logs its reason first; nothing is ever deleted, and a run or a single
 
 Then the pending proposals are listed and 1-2 patterns of the last 7 days (the task type failing most, or
 one that keeps succeeding; what the tier moves say) are appended to the reflection log with topic
-``dream`` (an identical reflection logged in the last 7 days is not repeated). The report is stored as a
-``DreamReport`` (see ``docs/engine.md`` for its shape). A dry run computes the same report and writes
-nothing at all.
+``dream`` (an identical reflection logged in the last 7 days is not repeated). Patterns that need a
+person's judgement (a success rate that dropped, an issue that keeps failing tasks) and lessons reflected 3
+times in 7 days become reflection and promotion proposals (evolution.dream_proposals; report key
+``proposed``). The report is stored as a ``DreamReport`` (see ``docs/engine.md`` for its shape). A dry run
+computes the same report and writes nothing at all.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from evolution import audit
+from evolution import audit, dream_proposals
 from evolution.algorithms import tiers
 from evolution.algorithms.engine import REVIEW_TASK_TYPE, lesson_key
 from evolution.engine import (
@@ -448,6 +450,9 @@ def _dream(workspace: Workspace, actor: User | None, now: datetime, *, dry_run: 
             }
         )
 
+    # After the log is written: today's reflections count towards a promotion.
+    proposed = dream_proposals.dream_propose(workspace=workspace, now=now, dry_run=dry_run)
+
     moved_to = {c.key: c.to_tier.value for c in changes}
     final_tiers: Counter[str] = Counter(moved_to.get(item.key, item.tier.value) for item in items)
     fading = sorted(
@@ -490,6 +495,7 @@ def _dream(workspace: Workspace, actor: User | None, now: datetime, *, dry_run: 
             for p in pending
         ],
         "reflections": reflections,
+        "proposed": proposed,
     }
     dream = DreamReport(workspace=workspace, run=run, created_at=now, report=report)
     if run is not None:

@@ -11,7 +11,8 @@ from typing import Any
 
 from django import forms
 
-from evolution.engine import MAX_TASK_TYPE, STRATEGY_EDITABLE
+from evolution.dream_proposals import REFLECTION_EDITABLE
+from evolution.engine import MAX_TASK_TYPE, MAX_TEXT, STRATEGY_EDITABLE
 from evolution.evolvers import EVOLVERS, default_cycle
 from evolution.models import Proposal, ProposalKind
 from evolution.proposals import MAX_REASON_CHARS, SUMMARY_EDITABLE
@@ -96,6 +97,29 @@ class StrategyModifyForm(_Form):
         return data
 
 
+class ReflectionModifyForm(_Form):
+    """The three lines of a reflection the dream proposes (seed 002's format)."""
+
+    context = forms.CharField(label="Context", max_length=MAX_TEXT)
+    reflection = forms.CharField(label="Reflection", max_length=MAX_TEXT, widget=forms.Textarea(attrs={"rows": 2}))
+    lesson = forms.CharField(label="Lesson", max_length=MAX_TEXT, widget=forms.Textarea(attrs={"rows": 2}))
+    reason = _reason_field(required=False, label="Note (optional)")
+
+    def payload(self) -> dict[str, Any]:
+        return {name: self.cleaned_data[name] for name in sorted(REFLECTION_EDITABLE)}
+
+
+class PromotionModifyForm(_Form):
+    """A promoted rule rewritten by the reviewer becomes their rule (origin user:<name>)."""
+
+    rule = forms.CharField(label="Rule", max_length=MAX_CONTENT_CHARS, widget=forms.Textarea(attrs={"rows": 3}))
+    task_type = forms.CharField(label="Task type", required=False, max_length=MAX_TASK_TYPE)
+    reason = _reason_field(required=False, label="Note (optional)")
+
+    def payload(self) -> dict[str, Any]:
+        return {"rule": self.cleaned_data["rule"], "task_type": self.cleaned_data["task_type"].strip() or None}
+
+
 MERGE_NONE = "Choose at least one other memory to merge into the kept one."
 
 
@@ -157,7 +181,14 @@ class PayloadModifyForm(_Form):
         return value
 
 
-ModifyForm = SummaryModifyForm | StrategyModifyForm | MergeModifyForm | PayloadModifyForm
+ModifyForm = (
+    SummaryModifyForm
+    | StrategyModifyForm
+    | MergeModifyForm
+    | ReflectionModifyForm
+    | PromotionModifyForm
+    | PayloadModifyForm
+)
 
 
 def modify_form(proposal: Proposal, data: Any = None) -> ModifyForm:
@@ -174,6 +205,12 @@ def modify_form(proposal: Proposal, data: Any = None) -> ModifyForm:
         return StrategyModifyForm(data, initial=initial, prefix=f"p{proposal.pk}")
     if proposal.kind == ProposalKind.MERGE:
         return _merge_form(proposal, payload, data)
+    if proposal.kind == ProposalKind.REFLECTION:
+        initial = {name: payload.get(name) or "" for name in REFLECTION_EDITABLE}
+        return ReflectionModifyForm(data, initial=initial, prefix=f"p{proposal.pk}")
+    if proposal.kind == ProposalKind.PROMOTION:
+        initial = {"rule": payload.get("rule") or "", "task_type": payload.get("task_type") or ""}
+        return PromotionModifyForm(data, initial=initial, prefix=f"p{proposal.pk}")
     shown = {k: v for k, v in payload.items() if k != "proposed"}
     return PayloadModifyForm(
         data, initial={"payload_json": json.dumps(shown, indent=2, ensure_ascii=False)}, prefix=f"p{proposal.pk}"

@@ -351,6 +351,54 @@ def _merge_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: M
     return preview
 
 
+def _reflection_preview(proposal: Proposal) -> Preview:
+    payload = _payload(proposal)
+    content = engine.reflection_content(
+        str(payload.get("context") or ""), str(payload.get("reflection") or ""), str(payload.get("lesson") or "")
+    )
+    return Preview(
+        creates=[
+            NewMemory(
+                memory_type=MemoryType.REFLECTION,
+                subject="",
+                content=content,
+                details=[("Topic", engine.DREAM_TOPIC), ("Origin", f"{engine.DREAM_ORIGIN}; yours if you modify it")],
+            )
+        ],
+        notes=["No other memory changes. The reflection is one record that can be reverted."],
+    )
+
+
+def _promotion_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls) -> Preview:
+    payload = _payload(proposal)
+    rule = str(payload.get("rule") or "")
+    (target,) = _refs([payload["target"]], rows, urls) if isinstance(payload.get("target"), str) else (None,)
+    linked = f"DERIVED_FROM each of the {len(proposal.source_ids)} source reflections"
+    m = target.memory if target is not None else None
+    if target is not None and m is not None and m.status == Status.ACTIVE:
+        if m.tier == "hot":
+            return Preview(problems=[f"Rule {target.id} is HOT already: approving will be refused."])
+        return Preview(
+            changes=[RowChange(target, [FieldChange("tier", m.tier, "hot")], "the rule with this text")],
+            notes=[f"New edges: {linked}. If you rewrite the rule, a new HOT rule is created instead."],
+        )
+    return Preview(
+        creates=[
+            NewMemory(
+                memory_type=MemoryType.STRATEGY,
+                subject=str(payload.get("task_type") or ""),
+                content=rule,
+                details=[
+                    ("Tier", "HOT (always loaded)"),
+                    ("Origin", f"{engine.ENGINE_ORIGIN}; yours (user:) if you modify the rule"),
+                    ("Edges", linked),
+                ],
+            )
+        ],
+        notes=["No other memory changes. The rule and its edges are one record that can be reverted."],
+    )
+
+
 def _generic_preview(proposal: Proposal) -> Preview:
     # Read-only look at the registry: the preview must say whether approval changes anything at all.
     if proposals._APPLIERS.get(proposal.kind) is None:
@@ -372,6 +420,10 @@ def _preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: MemoryU
         return _conflict_preview(proposal)
     if proposal.kind == ProposalKind.MERGE:
         return _merge_preview(proposal, rows, urls)
+    if proposal.kind == ProposalKind.REFLECTION:
+        return _reflection_preview(proposal)
+    if proposal.kind == ProposalKind.PROMOTION:
+        return _promotion_preview(proposal, rows, urls)
     return _generic_preview(proposal)
 
 
@@ -434,6 +486,8 @@ def _card_ids(items: Sequence[Proposal]) -> list[Any]:
         ids.extend(payload.get("supersedes") or ())
         if p.kind == ProposalKind.MERGE:
             ids.extend(payload.get("group") or ())
+        if p.kind == ProposalKind.PROMOTION and isinstance(payload.get("target"), str):
+            ids.append(payload["target"])
     return ids
 
 

@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 
 from evolution.models import Proposal, ProposalStatus
+from evolution.proposals import proposal_create
 from memories.models import Memory, Status, Workspace
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
@@ -118,3 +119,119 @@ def test_a_queue_of_merge_proposals_costs_a_fixed_number_of_queries(
     with django_assert_max_num_queries(9):
         response = browser.get(BASE + "/proposals/")
     assert html_of(response).count('class="card proposal k-merge') == 12
+
+
+# -- reflection and promotion ---------------------------------------------------------------------
+
+
+def reflection_proposal(workspace: Workspace) -> Proposal:
+    proposal, _ = proposal_create(
+        workspace=workspace,
+        kind="reflection",
+        title="Reflect on deploy",
+        rationale="The dream noticed this in the outcomes of the last 7 days (2 readings).",
+        payload={
+            "pattern": "issue:disk full",
+            "context": "deploy",
+            "reflection": "The issue 'disk full' made 2 tasks fail in the last 7 days.",
+            "lesson": "When 'disk full' comes up: prune old images",
+            "evidence": ["sensor:S-0001", "sensor:S-0002"],
+        },
+        created_by="Dream",
+    )
+    return proposal
+
+
+def promotion_proposal(kit: Any, target: Memory | None = None) -> tuple[Proposal, list[Memory]]:
+    sources = [
+        kit.mem(f"CONTEXT: ci\nREFLECTION: r{k}\nLESSON: Pin images", memory_type="reflection") for k in range(3)
+    ]
+    proposal, _ = proposal_create(
+        workspace=kit.workspace,
+        kind="promotion",
+        title="Promote to HOT: Pin images",
+        rationale="The lesson 'Pin images' appears in 3 reflections within 7 days.",
+        payload={
+            "key": "strategy:abc",
+            "rule": "Pin images",
+            "task_type": "ci",
+            "evidence": [f"reflection:{m.id}" for m in sources],
+            "reflections": [str(m.id) for m in sources],
+            "target": str(target.id) if target is not None else None,
+            "target_tier": target.tier if target is not None else None,
+        },
+        source_ids=[m.id for m in sources],
+        dedupe_key="promotion:strategy:abc",
+        created_by="Dream",
+    )
+    return proposal, sources
+
+
+def test_a_reflection_card_shows_the_three_lines_it_would_log_and_its_evidence(browser: Client, kit: Any) -> None:
+    proposal = reflection_proposal(kit.workspace)
+    card = card_of(html_of(browser.get(BASE + "/proposals/")), proposal)
+    assert "The dream noticed this" in card
+    assert "<code>sensor:S-0001</code>" in card
+    assert 'New <span class="badge t-reflection">reflection</span> memory' in card
+    assert "CONTEXT: deploy<br>REFLECTION: The issue &#x27;disk full&#x27; made 2 tasks fail" in card
+    assert "LESSON: When &#x27;disk full&#x27; comes up: prune old images" in card
+
+
+def test_modify_then_approve_a_reflection_logs_the_reviewer_s_lines(browser: Client, kit: Any) -> None:
+    proposal = reflection_proposal(kit.workspace)
+    form = html_of(browser.get(f"{BASE}/proposals/{proposal.pk}/modify/", **hx(f"proposal-{proposal.pk}")))
+    assert "Lesson" in form and "prune old images" in form
+    prefix = f"p{proposal.pk}"
+    response = browser.post(
+        f"{BASE}/proposals/{proposal.pk}/modify/",
+        {
+            f"{prefix}-context": "deploy",
+            f"{prefix}-reflection": "Disk filled twice",
+            f"{prefix}-lesson": "Alert at 80%",
+        },
+    )
+    assert response.status_code == 302
+    memory = Memory.objects.get(workspace=kit.workspace, memory_type="reflection", origin="user:alice")
+    assert memory.content == "CONTEXT: deploy\nREFLECTION: Disk filled twice\nLESSON: Alert at 80%"
+
+
+def test_a_promotion_card_links_its_reflections_and_shows_the_new_hot_rule(browser: Client, kit: Any) -> None:
+    proposal, sources = promotion_proposal(kit)
+    card = card_of(html_of(browser.get(BASE + "/proposals/")), proposal)
+    assert "appears in 3 reflections within 7 days" in card
+    for source in sources:
+        assert f'href="/w/acme/memories/{source.id}/"' in card
+    assert 'New <span class="badge t-strategy">strategy</span> memory' in card
+    assert "HOT (always loaded)" in card and "DERIVED_FROM each of the 3 source reflections" in card
+
+
+def test_a_promotion_of_an_existing_warm_rule_shows_its_tier_before_and_after(browser: Client, kit: Any) -> None:
+    warm = kit.mem("pin images", memory_type="strategy", tier="warm")
+    proposal, _ = promotion_proposal(kit, target=warm)
+    card = card_of(html_of(browser.get(BASE + "/proposals/")), proposal)
+    assert f'href="/w/acme/memories/{warm.id}/"' in card
+    assert '<code>tier</code></td><td class="before">warm</td><td class="after">hot</td>' in card
+
+
+def test_modify_then_approve_a_promotion_makes_the_reviewer_s_hot_rule(browser: Client, kit: Any) -> None:
+    proposal, _ = promotion_proposal(kit)
+    prefix = f"p{proposal.pk}"
+    response = browser.post(
+        f"{BASE}/proposals/{proposal.pk}/modify/", {f"{prefix}-rule": "Pin images by digest", f"{prefix}-task_type": ""}
+    )
+    assert response.status_code == 302
+    rule = Memory.objects.get(workspace=kit.workspace, memory_type="strategy")
+    assert (rule.content, rule.tier, rule.origin) == ("Pin images by digest", "hot", "user:alice")
+
+
+def test_a_queue_of_every_new_kind_costs_a_fixed_number_of_queries(
+    browser: Client, kit: Any, django_assert_max_num_queries: Any
+) -> None:
+    for k in range(5):
+        merge_group(kit, prefix=f"mixed note {k}")
+        reflection_proposal(kit.workspace)
+    promotion_proposal(kit, target=kit.mem("pin images", memory_type="strategy", tier="warm"))
+    with django_assert_max_num_queries(9):
+        response = browser.get(BASE + "/proposals/")
+    html = html_of(response)
+    assert html.count("k-merge") == 5 and html.count("k-reflection") == 5 and html.count("k-promotion") == 1
