@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from django.db import connection
 from django.db.models import CharField, Count, FloatField, Func, Max, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
 from django.db.models.sql.constants import MULTI
@@ -35,6 +36,9 @@ INTERFERENCE_MARKER = "interference_checked"
 K = TypeVar("K", str, uuid.UUID)
 # Ids per IN (...) query: under SQLite's default limit of host parameters on old builds.
 _IN_CHUNK = 900
+# Id pairs per VALUES join (two parameters each): SQLite >= 3.32 allows 32766 parameters (the evolvers
+# need >= 3.35 for RETURNING), PostgreSQL 65535; a few large queries beat many small ones by far.
+_PAIR_CHUNK = 8000
 
 
 class EpochSeconds(Func):
@@ -171,12 +175,16 @@ def embedding_rows(*, workspace: Workspace) -> list[tuple[str, float, bytes, str
     return [(mid, ret, bytes(blob), marker) for mid, ret, blob, marker in _raw_rows(rows)]
 
 
-def retention_rows(*, workspace: Workspace) -> list[tuple[str, float, float, dict[str, Any]]]:
-    """Active memories: (id, retention, created_at as epoch seconds, retrieval_profile)."""
+def retention_rows(*, workspace: Workspace) -> list[tuple[str, float, float, Any]]:
+    """Active memories: (id, retention, created_at as epoch seconds, retrieval_profile as the driver returns
+    it: JSON text on SQLite, decode with `_json`).
+
+    Left encoded: the strengthening evolver decodes only the profiles it may change (a fifth of 100k).
+    """
     rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE).values_list(
         IdText("id"), "retention_score", EpochSeconds("created_at"), "retrieval_profile"
     )
-    return [(mid, ret, created, _json(profile)) for mid, ret, created, profile in _raw_rows(rows)]
+    return _raw_rows(rows)
 
 
 def active_retention(*, workspace: Workspace) -> list[tuple[str, float]]:
@@ -255,14 +263,59 @@ def used_result_sets(*, workspace: Workspace, after_event_id: int) -> tuple[list
     return [(key, ids, times[key]) for key, ids in members.items()], int(last_id)
 
 
-def co_retrieved_edges(*, workspace: Workspace) -> list[tuple[int, str, str, int]]:
-    """CO_RETRIEVED edges: (id, source, target, co_retrieval_count)."""
-    rows = (
-        Edge.objects.filter(workspace=workspace, edge_type=EdgeType.CO_RETRIEVED)
-        .order_by("id")
-        .values_list("id", IdText("source_id"), IdText("target_id"), "co_retrieval_count")
-    )
+def co_retrieved_edges(*, workspace: Workspace, min_count: float | None = None) -> list[tuple[int, str, str, int]]:
+    """CO_RETRIEVED edges, all of them or those with co_retrieval_count >= min_count: (id, source, target,
+    co_retrieval_count), by id."""
+    queryset = Edge.objects.filter(workspace=workspace, edge_type=EdgeType.CO_RETRIEVED)
+    if min_count is not None:
+        queryset = queryset.filter(co_retrieval_count__gte=min_count)
+    rows = queryset.order_by("id").values_list("id", IdText("source_id"), IdText("target_id"), "co_retrieval_count")
     return _raw_rows(rows)
+
+
+def co_retrieved_between(*, workspace: Workspace, pairs: Sequence[tuple[str, str]]) -> list[tuple[int, str, str, int]]:
+    """CO_RETRIEVED edges joining one of `pairs` (memory ids as text) in either direction, an edge stored
+    both ways coming back twice: (id, source, target, co_retrieval_count), by id.
+
+    One join of the pairs (a VALUES list) with the (source, target, type) unique index per `_PAIR_CHUNK`
+    pairs: a cycle needs the edges of the pairs its new result sets form, not every CO_RETRIEVED edge of the
+    workspace (those are read with `co_retrieved_edges(min_count=...)`).
+    """
+    oriented = sorted({(a, b) for a, b in pairs} | {(b, a) for a, b in pairs})
+    if not oriented:
+        return []
+    qn = connection.ops.quote_name
+    meta = Edge._meta
+    pk, source, target, kind, count, space = (
+        qn(str(meta.get_field(name).column))  # type: ignore[union-attr]
+        for name in ("id", "source", "target", "edge_type", "co_retrieval_count", "workspace")
+    )
+    sqlite = connection.vendor == "sqlite"
+    # SQLite stores UUIDs as 32 hex digits, and is told to walk the pairs and probe the index per pair.
+    mark, join = ("(%s, %s)", "CROSS JOIN") if sqlite else ("(%s::uuid, %s::uuid)", "JOIN")
+
+    def key(value: str) -> str:
+        return value.replace("-", "") if sqlite else value
+
+    def text(column: str) -> str:
+        if sqlite:
+            return "||'-'||".join(f"substr({column}, {start}, {length})" for start, length in _HEX_GROUPS)
+        return f"({column})::text"
+
+    found: dict[int, tuple[int, str, str, int]] = {}
+    with connection.cursor() as cursor:
+        for begin in range(0, len(oriented), _PAIR_CHUNK):
+            chunk = oriented[begin : begin + _PAIR_CHUNK]
+            sql = (
+                f"WITH p (s, t) AS (VALUES {', '.join([mark] * len(chunk))}) "
+                f"SELECT e.{pk}, {text('e.' + source)}, {text('e.' + target)}, e.{count} "
+                f"FROM p {join} {qn(meta.db_table)} e ON e.{source} = p.s AND e.{target} = p.t "
+                f"AND e.{kind} = %s AND e.{space} = %s"
+            )
+            params: list[Any] = [key(v) for pair in chunk for v in pair]
+            cursor.execute(sql, [*params, EdgeType.CO_RETRIEVED.value, workspace.pk])
+            found.update((row[0], (row[0], row[1], row[2], row[3])) for row in cursor.fetchall())
+    return [found[eid] for eid in sorted(found)]
 
 
 def co_retrieved_created(*, workspace: Workspace, at: datetime) -> list[tuple[int, str, str]]:

@@ -14,6 +14,7 @@ row would make every memory look freshly edited (and would defeat recency-ordere
 
 from __future__ import annotations
 
+import json
 import math
 import uuid
 import zlib
@@ -498,6 +499,20 @@ def _stored_profile(profile: RetrievalProfile, k: int, last_at: float) -> dict[s
     return stored
 
 
+def _profile_before(stored: Any, new: dict[str, Any]) -> Any:
+    """The stored profile as a value, decoded only when it differs from `new`.
+
+    `stored` is the column as read (JSON text on SQLite). Most retrieved memories keep their profile from
+    one run to the next, and encoding the new profile costs less than decoding the old one: equal text is
+    an equal value; other text (another key order or spacing included) is decoded and compared as values.
+    """
+    if isinstance(stored, str | bytes):
+        return (
+            new if json.dumps(new) == (stored if isinstance(stored, str) else stored.decode()) else json.loads(stored)
+        )
+    return stored
+
+
 @register
 class RetrievalBasedStrengthening:
     """The testing effect: retrieved memories gain retention, unretrieved ones slowly lose it.
@@ -578,10 +593,13 @@ class RetrievalBasedStrengthening:
         has_events = has_events_array.tolist()
         profiles = 0
         for k in touched.tolist():
-            old_ret, old_profile = rows[k][1], rows[k][3]
-            new_profile = _stored_profile(profile, k, last_at[k]) if has_events[k] else old_profile
-            changes = {"retention_score": (old_ret, new_ret[k]), "retrieval_profile": (old_profile, new_profile)}
-            profiles += new_profile != old_profile
+            old_ret = rows[k][1]
+            changes: dict[str, tuple[Any, Any]] = {"retention_score": (old_ret, new_ret[k])}
+            if has_events[k]:
+                new_profile = _stored_profile(profile, k, last_at[k])
+                old_profile = _profile_before(rows[k][3], new_profile)
+                changes["retrieval_profile"] = (old_profile, new_profile)
+                profiles += new_profile != old_profile
             if retrieved[k]:
                 boosted.add(
                     ids[k], changes, f"retrieval boost {boost[k]:.6f}: retention {old_ret:.6f} -> {new_ret[k]:.6f}"
@@ -650,7 +668,6 @@ class HebbianCoRetrieval:
         cursor = selectors.evolver_cursor(workspace=workspace, name=self.name)
         watermark = int(cursor.state.get("event_watermark", 0))
         sets, last_event = selectors.used_result_sets(workspace=workspace, after_event_id=watermark)
-        edges = selectors.co_retrieved_edges(workspace=workspace)
         active = selectors.active_retention(workspace=workspace)
         result.state = {"event_watermark": last_event}
 
@@ -672,10 +689,18 @@ class HebbianCoRetrieval:
             return np.asarray(found, dtype=np.int64)
 
         set_positions = [[pos(m) for m in members] for _, members, _ in sets]
+        counts = co_retrieval_pairs(set_positions)
+        # The edges that matter: those of the pairs counted now, and those already strong enough to boost
+        # (an edge below the threshold that no new set touches cannot boost anything this run).
+        strong = selectors.co_retrieved_edges(workspace=workspace, min_count=threshold)
+        counted = selectors.co_retrieved_between(
+            workspace=workspace,
+            pairs=[(ids[i], ids[j]) for i, j in zip(counts.i.tolist(), counts.j.tolist(), strict=True)],
+        )
+        edges = sorted({e[0]: e for e in [*strong, *counted]}.values())
         edge_s = positions([e[1] for e in edges])
         edge_t = positions([e[2] for e in edges])
         n = len(ids)
-        counts = co_retrieval_pairs(set_positions)
         keys, first, last = pair_times(set_positions, [_micros(t) for _, _, t in sets], n)
         if keys.size != counts.counts.size or not np.array_equal(keys, counts.i.astype(np.int64) * n + counts.j):
             raise AssertionError("pair expansion disagrees with co_retrieval_pairs")
@@ -761,7 +786,8 @@ class HebbianCoRetrieval:
             self._edge_records(workspace, run, dry_run, now, ends, edge_updates, created, created_ids)
         )
 
-        # Boosts over every CO_RETRIEVED edge as it stands after counting.
+        # Boosts over every CO_RETRIEVED edge as it stands after counting (the ones below the threshold
+        # were not read).
         all_s = np.concatenate([edge_s, np.asarray([position[c[0]] for c in created], dtype=np.int64)])
         all_t = np.concatenate([edge_t, np.asarray([position[c[1]] for c in created], dtype=np.int64)])
         all_counts = np.concatenate([edge_counts, np.asarray([c[2] for c in created], dtype=np.float64)])

@@ -9,7 +9,7 @@ import pytest
 
 from evolution import selectors
 from evolution.models import EvolutionRun, RunStatus
-from memories.models import Memory
+from memories.models import Edge, EdgeType, Memory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
@@ -42,7 +42,7 @@ def test_decay_rows_and_retention_rows_are_plain_values(kit: Any) -> None:
     assert (mid, retention, stability, accessed, event, pinned) == (str(m.id), 1.0, 12.0, None, None, True)
     assert created == pytest.approx(m.created_at.timestamp(), abs=1e-3)
     rows = {row[0]: row for row in selectors.retention_rows(workspace=kit.workspace)}
-    assert rows[str(m.id)][3] == {"total_count": 2}
+    assert selectors._json(rows[str(m.id)][3]) == {"total_count": 2}
 
 
 def test_metadata_of_answers_in_the_id_form_it_was_asked_in(kit: Any) -> None:
@@ -79,3 +79,26 @@ def test_used_result_sets_skip_inspector_reads_but_move_the_watermark_past_them(
     assert [(key, members) for key, members, _ in sets] == [(str(used), [str(a.id), str(b.id)])]
     assert sets[0][2] == kit.NOW - timedelta(days=1)
     assert selectors.used_result_sets(workspace=kit.workspace, after_event_id=last) == ([], last)
+
+
+def test_co_retrieved_between_finds_the_asked_pairs_in_either_direction_only(kit: Any) -> None:
+    a, b, c, d = (kit.mem(name) for name in "abcd")
+
+    def edge(source: Memory, target: Memory, count: int, kind: str = EdgeType.CO_RETRIEVED) -> Edge:
+        return Edge.objects.create(
+            workspace=kit.workspace, source=source, target=target, edge_type=kind, co_retrieval_count=count
+        )
+
+    ab, ba, cd = edge(a, b, 1), edge(b, a, 4), edge(c, d, 2)
+    edge(a, c, 5)  # not asked for, though both ends are
+    edge(b, c, 7, EdgeType.RELATED)  # another edge type
+    asked = [(str(a.id), str(b.id)), (str(d.id), str(c.id)), (str(b.id), str(c.id))]
+    found = selectors.co_retrieved_between(workspace=kit.workspace, pairs=asked)
+    assert found == [
+        (ab.pk, str(a.id), str(b.id), 1),
+        (ba.pk, str(b.id), str(a.id), 4),
+        (cd.pk, str(c.id), str(d.id), 2),
+    ]
+    assert selectors.co_retrieved_between(workspace=kit.workspace, pairs=[]) == []
+    strong = selectors.co_retrieved_edges(workspace=kit.workspace, min_count=4)
+    assert [row[3] for row in strong] == [4, 5]
