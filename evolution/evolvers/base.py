@@ -38,6 +38,11 @@ from memories.models import Memory, Workspace
 RECORD_CHUNK = 500
 # Rows per executemany call: bounds the parameter list held in memory.
 WRITE_BATCH = 2000
+# SQLite writes of at least this many rows go in table (rowid) order, see `_write_sqlite_rows`; a smaller
+# write touches few pages and the extra lookup query would cost more than it saves.
+ROWID_ORDER_MIN = 1000
+# Keys per rowid lookup (SQLite >= 3.32 allows 32766 parameters; the evolvers need >= 3.35 for RETURNING).
+_LOOKUP_CHUNK = 30_000
 # Memory ids as records store them (str(uuid)); other keys of before/after are not memories.
 _CANONICAL_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 # Key of `after` holding one audit sentence per memory of a chunked record.
@@ -244,8 +249,46 @@ def write_rows(model: type[models.Model], fields: Sequence[str], rows: Iterable[
     columns = [_column(f) for f in [*prep, pk]]
     qn = connection.ops.quote_name
     sets = ", ".join(f"{qn(f.column)} = {mark}" for f, (_, mark) in zip(prep, columns, strict=False))
+    if connection.vendor == "sqlite":
+        rows = list(rows)
+        if len(rows) >= ROWID_ORDER_MIN:
+            return _write_sqlite_rows(meta, sets, [c for c, _ in columns], rows)
     sql = f"UPDATE {qn(meta.db_table)} SET {sets} WHERE {qn(pk.column)} = {columns[-1][1]}"
     return _executemany(sql, [c for c, _ in columns], rows)
+
+
+def _write_sqlite_rows(meta: Any, sets: str, converters: Sequence[Converter], rows: list[tuple[Any, ...]]) -> int:
+    """SQLite: the same UPDATEs by rowid, in rowid order (returns the rows given).
+
+    Rows are ~1.4 KB (embedding inline), so an update rewrites a page holding two or three rows: in table
+    order each page is dirtied once while it is hot, where primary-key order (a random UUID) went through
+    the key's index and revisited pages across the whole table (measured ~30% slower on 45k updates). A row
+    whose key is not found is left out, as the UPDATE by key would have matched nothing.
+    """
+    qn = connection.ops.quote_name
+    pk = meta.pk
+    table = qn(meta.db_table)
+    # Django's auto keys are declared INTEGER PRIMARY KEY on SQLite: the key is the rowid.
+    if isinstance(pk, models.AutoField | models.BigAutoField | models.SmallAutoField):
+        located = sorted(((int(row[-1]), row) for row in rows), key=lambda item: item[0])
+    else:
+        # As `_column` stores the key: UUIDs as 32 hex digits, other keys as they are.
+        stored = (lambda v: str(v).replace("-", "")) if isinstance(pk, models.UUIDField) else (lambda v: v)
+        keys = [stored(row[-1]) for row in rows]
+        rowids: dict[Any, int] = {}
+        with connection.cursor() as cursor:
+            unique = list(dict.fromkeys(keys))
+            for start in range(0, len(unique), _LOOKUP_CHUNK):
+                chunk = unique[start : start + _LOOKUP_CHUNK]
+                marks = ", ".join(["%s"] * len(chunk))
+                cursor.execute(f"SELECT {qn(pk.column)}, rowid FROM {table} WHERE {qn(pk.column)} IN ({marks})", chunk)
+                rowids.update(cursor.fetchall())
+        located = sorted(
+            ((rowids[key], row) for key, row in zip(keys, rows, strict=True) if key in rowids), key=lambda item: item[0]
+        )
+    sql = f"UPDATE {table} SET {sets} WHERE rowid = %s"
+    _executemany(sql, [*converters[:-1], _identity], ((*row[:-1], rowid) for rowid, row in located))
+    return len(rows)
 
 
 def insert_rows(

@@ -111,6 +111,26 @@ def test_write_rows_stores_what_a_model_save_would(workspace: Workspace) -> None
 
 @pytest.mark.django_db
 @pytest.mark.api
+def test_a_large_write_in_table_order_changes_exactly_the_rows_it_names(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(base, "ROWID_ORDER_MIN", 2)
+    memories = Memory.objects.bulk_create(Memory(workspace=workspace, content=f"m{k}") for k in range(6))
+    a, b = Edge.objects.bulk_create(
+        Edge(workspace=workspace, source=memories[k], target=memories[k + 1], edge_type=EdgeType.CO_RETRIEVED)
+        for k in range(2)
+    )
+    # Mixed id forms, an id that does not exist, and an order unrelated to the table's.
+    rows = [(0.5, str(memories[4].id)), (0.25, memories[1].id), (0.75, str(uuid.uuid4())), (0.125, str(memories[0].id))]
+    assert write_rows(Memory, ["retention_score"], rows) == 4
+    assert write_rows(Edge, ["co_retrieval_count"], [(7, b.pk), (3, a.pk)]) == 2
+    scores = dict(Memory.objects.values_list("id", "retention_score"))
+    assert [scores[m.id] for m in memories] == [0.125, 0.25, 1.0, 1.0, 0.5, 1.0]
+    assert dict(Edge.objects.values_list("id", "co_retrieval_count")) == {a.pk: 3, b.pk: 7}
+
+
+@pytest.mark.django_db
+@pytest.mark.api
 def test_insert_rows_and_save_records_link_every_memory(workspace: Workspace) -> None:
     a = Memory.objects.create(workspace=workspace, content="a")
     b = Memory.objects.create(workspace=workspace, content="b")
