@@ -15,7 +15,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import models
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from evolution.models import EvolutionRecord, EvolutionRun, RecordLink
@@ -198,8 +198,14 @@ def record_revert_plan(record: EvolutionRecord) -> None:
                     raise Conflict(f"edge {eid} field {name} changed later", code="revert_conflict")
 
 
+def _edge_row(edge: Edge) -> tuple[uuid.UUID, uuid.UUID, str, float]:
+    return (edge.source_id, edge.target_id, edge.edge_type, edge.weight)
+
+
 def record_apply_revert(record: EvolutionRecord) -> dict[str, Any]:
     """Put the record's `before` values back. Caller holds the transaction and checked the plan."""
+    from memories.services import graph_mirror  # memories.services imports this module at load time
+
     now = timezone.now()
     restored: dict[str, Any] = {}
     memory_fields = {k: v for k, v in record.before.items() if _is_uuid(k)}
@@ -219,15 +225,26 @@ def record_apply_revert(record: EvolutionRecord) -> dict[str, Any]:
     rewritten = any(set(fields) & SNAPSHOT_EDGE_FIELDS for fields in edge_before.values())
     if edge_before:
         edges = Edge.objects.filter(workspace=record.workspace, id__in=[int(k) for k in edge_before]).in_bulk()
+        moved = [edges[int(eid)] for eid, fields in edge_before.items() if set(fields) & SNAPSHOT_EDGE_FIELDS]
+        moved_from = [_edge_row(edge) for edge in moved]
         for eid, fields in edge_before.items():
             edge = edges[int(eid)]
             for name, value in fields.items():
                 setattr(edge, name, decode_value(name, value))
             edge.save(update_fields=list(fields))
+        if moved:
+            graph_mirror(workspace=record.workspace, removed=moved_from, added=[_edge_row(edge) for edge in moved])
     created_edges = record.after.get(CREATED_EDGES, [])
+    created = record.after.get(CREATED_MEMORIES, [])
+    if created_edges or created:
+        # A Bolt graph loses the created edges and every edge of the created memories (read only when the
+        # store is not the SQL one: graph_mirror consumes the queryset lazily).
+        doomed = Edge.objects.filter(
+            Q(id__in=created_edges) | Q(source_id__in=created) | Q(target_id__in=created), workspace=record.workspace
+        ).values_list("source_id", "target_id", "edge_type", "weight")
+        graph_mirror(workspace=record.workspace, removed=doomed)
     if created_edges:
         Edge.objects.filter(workspace=record.workspace, id__in=created_edges).delete()
-    created = record.after.get(CREATED_MEMORIES, [])
     if created:
         Memory.objects.filter(workspace=record.workspace, id__in=created).delete()
     if created_edges or created or rewritten:

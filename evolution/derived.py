@@ -18,7 +18,7 @@ from memories.algorithms.sortkey import activation_sort_key
 from memories.embeddings import default_embedder
 from memories.inputs import MAX_TAGS, origin_tier
 from memories.models import Edge, Memory, Workspace
-from memories.services import graph_touch
+from memories.services import graph_mirror, graph_touch
 
 # A derived memory lists at most this many sources in metadata and edges: an opinion backed by
 # thousands of memories stays one row of bounded size, and the count is kept in full beside it.
@@ -83,6 +83,7 @@ def insert_derived(
         [Edge(workspace=workspace, source_id=s, target_id=t, edge_type=kind, created_at=now) for s, t, kind in edges],
         batch_size=1000,
     )
+    graph_mirror(workspace=workspace, added=((e.source_id, e.target_id, e.edge_type, e.weight) for e in created))
     return [int(e.pk) for e in created]
 
 

@@ -97,14 +97,19 @@ def graph_touch(*, workspace: Workspace, rewrites: bool = False) -> None:
     Workspace.objects.filter(pk=workspace.pk).update(**changes)
 
 
-EdgeRow = tuple[uuid.UUID, uuid.UUID, str, float]  # source id, target id, edge type, weight
+EdgeRow = tuple[uuid.UUID | str, uuid.UUID | str, str, float]  # source id, target id, edge type, weight
+
+
+def _as_uuid(value: uuid.UUID | str) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
 
 
 def graph_mirror(*, workspace: Workspace, added: Iterable[EdgeRow] = (), removed: Iterable[EdgeRow] = ()) -> None:
     """Hand edge writes to the graph store once the transaction commits.
 
     The sql store needs nothing (graph_touch already told its snapshots), so the rows are not even
-    built for it; a Bolt store mirrors them into its graph. ``robust``: a graph that is down must not
+    built for it (callers may pass lazy generators, over querysets too); a Bolt store mirrors them into
+    its graph. Ids may be UUIDs or their text. ``robust``: a graph that is down must not
     fail a write the database has kept.
     """
     from surfacing.graphstore import EdgeRef, SqlGraphStore, graph_store
@@ -112,8 +117,8 @@ def graph_mirror(*, workspace: Workspace, added: Iterable[EdgeRow] = (), removed
     store = graph_store()
     if isinstance(store, SqlGraphStore):
         return
-    added_refs = [EdgeRef(s, t, ty, float(w)) for s, t, ty, w in added]
-    removed_refs = [EdgeRef(s, t, ty, float(w)) for s, t, ty, w in removed]
+    added_refs = [EdgeRef(_as_uuid(s), _as_uuid(t), ty, float(w)) for s, t, ty, w in added]
+    removed_refs = [EdgeRef(_as_uuid(s), _as_uuid(t), ty, float(w)) for s, t, ty, w in removed]
     if not added_refs and not removed_refs:
         return
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,6 +16,10 @@ from memories import services
 from memories.inputs import MemoryInput
 from memories.models import Memory, Role, Workspace
 from memories.signalbus import LocalSignalBus, set_signal_bus
+from surfacing.graphstore import set_graph_store
+from surfacing.graphstore_neo4j import Neo4jGraphStore
+
+NEO4J_URI = os.environ.get("TEST_NEO4J_URI", "bolt://127.0.0.1:7688")
 
 
 @pytest.fixture(autouse=True)
@@ -95,3 +101,32 @@ def make_memory(workspace: Workspace, user: Any) -> Callable[..., Memory]:
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+# -- the Bolt graph store (FalkorDB started by `scripts/services.sh start`; tests marked `services`) ----
+
+
+@pytest.fixture(scope="session")
+def bolt() -> Iterator[Neo4jGraphStore]:
+    """One driver for the whole run (FalkorDB wedges a connection after a driver closes another)."""
+    store = Neo4jGraphStore(NEO4J_URI)
+    store.ping()
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def neo(bolt: Neo4jGraphStore) -> Iterator[Neo4jGraphStore]:
+    """A store in a namespace of its own; installed as the process's graph store only by `mirrored`."""
+    store = Neo4jGraphStore(NEO4J_URI, namespace=f"t{uuid.uuid4().hex[:12]}_", driver=bolt.driver)
+    yield store
+    for key in store.workspace_keys():
+        store.drop_workspace(key)
+    assert store.workspace_keys() == []
+
+
+@pytest.fixture
+def mirrored(neo: Neo4jGraphStore) -> Iterator[Neo4jGraphStore]:
+    set_graph_store(neo)
+    yield neo
+    set_graph_store(None)

@@ -60,7 +60,7 @@ from memories.embeddings import default_embedder
 from memories.errors import InvalidInput
 from memories.inputs import MAX_CONTENT_CHARS, MAX_TAGS, origin_tier
 from memories.models import Edge, EdgeType, Memory, MemoryType, Status, Workspace
-from memories.services import graph_touch
+from memories.services import graph_mirror, graph_touch
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
@@ -260,6 +260,9 @@ class EnhancedWorkingToEpisodic:
                         for src, dst in edges
                     ],
                     batch_size=1000,
+                )
+                graph_mirror(
+                    workspace=workspace, added=((e.source_id, e.target_id, e.edge_type, e.weight) for e in created)
                 )
                 edge_ids = {pair: e.pk for pair, e in zip(edges, created, strict=True)}
             write_memory_updates([source_updates])
@@ -779,6 +782,7 @@ class HebbianCoRetrieval:
                     ],
                     ((workspace.pk, s, t, EdgeType.CO_RETRIEVED, 1.0, c, f, la, now, {}) for s, t, c, f, la in created),
                 )
+                graph_mirror(workspace=workspace, added=((s, t, EdgeType.CO_RETRIEVED, 1.0) for s, t, *_ in created))
                 by_pair = {(s, t): eid for eid, s, t in selectors.co_retrieved_created(workspace=workspace, at=now)}
                 created_ids = [by_pair[(s, t)] for s, t, *_ in created]
         ends = {edges[int(edge_order[at[k]])][0]: edges[int(edge_order[at[k]])][1:3] for k in hits}

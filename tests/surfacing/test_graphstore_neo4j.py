@@ -12,7 +12,7 @@ import random
 import socket
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,32 +36,6 @@ pytestmark = [pytest.mark.services, pytest.mark.django_db]
 
 Make = Callable[..., Memory]
 EdgeKey = tuple[uuid.UUID, uuid.UUID, int, float]
-
-
-@pytest.fixture(scope="session")
-def bolt() -> Iterator[Neo4jGraphStore]:
-    """One driver for the whole run (FalkorDB wedges a connection after a driver closes another)."""
-    store = Neo4jGraphStore(NEO4J_URI)
-    store.ping()
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def neo(bolt: Neo4jGraphStore) -> Iterator[Neo4jGraphStore]:
-    """A store in a namespace of its own; installed as the process's graph store only by `mirrored`."""
-    store = Neo4jGraphStore(NEO4J_URI, namespace=f"t{uuid.uuid4().hex[:12]}_", driver=bolt.driver)
-    yield store
-    for key in store.workspace_keys():
-        store.drop_workspace(key)
-    assert store.workspace_keys() == []
-
-
-@pytest.fixture
-def mirrored(neo: Neo4jGraphStore) -> Iterator[Neo4jGraphStore]:
-    set_graph_store(neo)
-    yield neo
-    set_graph_store(None)
 
 
 def link_all(workspace: Workspace, rows: list[tuple[Memory, Memory, str, float]]) -> None:
