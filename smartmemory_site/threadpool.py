@@ -41,12 +41,14 @@ class PooledSyncThreads:
         self._executors = [
             ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"django-sync-{k}") for k in range(size)
         ]
-        # Created on first use: an asyncio.Queue belongs to the loop that first awaits it.
-        self._idle: asyncio.Queue[ThreadPoolExecutor] | None = None
+        # Created on first use: an asyncio queue belongs to the loop that first awaits it. Last in, first
+        # out: the thread that finished most recently has the warmest connection and page cache, and a
+        # lightly loaded server keeps using one thread instead of warming all of them in turn.
+        self._idle: asyncio.LifoQueue[ThreadPoolExecutor] | None = None
 
-    def _queue(self) -> asyncio.Queue[ThreadPoolExecutor]:
+    def _queue(self) -> asyncio.LifoQueue[ThreadPoolExecutor]:
         if self._idle is None:
-            self._idle = asyncio.Queue()
+            self._idle = asyncio.LifoQueue()
             for executor in self._executors:
                 self._idle.put_nowait(executor)
         return self._idle

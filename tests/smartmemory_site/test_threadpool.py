@@ -59,6 +59,19 @@ def test_sequential_requests_run_on_the_same_long_lived_thread() -> None:
     assert threading.get_ident() not in app.threads
 
 
+def test_one_request_at_a_time_keeps_using_the_most_recently_freed_thread() -> None:
+    app = RecordingApp()
+    pool = PooledSyncThreads(app, size=4)
+
+    async def main() -> None:
+        for _ in range(5):
+            await pool({"type": "http"}, _noop_receive, _noop_send)
+
+    asyncio.run(main())
+    pool.shutdown()
+    assert len(set(app.threads)) == 1
+
+
 def test_concurrent_requests_never_exceed_the_pool_size() -> None:
     app = RecordingApp(hold=0.02)
     pool = PooledSyncThreads(app, size=2)
