@@ -62,6 +62,11 @@ def actor_or_none(actor: AbstractBaseUser | AnonymousUser | None) -> Any:
     return actor if actor is not None and actor.is_authenticated else None
 
 
+def actor_name(actor: AbstractBaseUser | AnonymousUser | None) -> str:
+    """The username a record's reason names ("" for the engine or an anonymous caller)."""
+    return actor.get_username() if actor is not None and actor.is_authenticated else ""
+
+
 def record_build(
     *,
     workspace: Workspace,

@@ -58,10 +58,6 @@ RESOLUTION_PINNED: Final = "pinned"
 BACKGROUND_SETTING: Final = "EVOLUTION_PAGE_RUNS_IN_BACKGROUND"
 
 
-def _who(actor: User | None) -> str:
-    return actor.get_username() if actor is not None and actor.is_authenticated else ""
-
-
 def _note(note: str) -> str:
     if len(note) > MAX_NOTE_CHARS:
         raise InvalidInput(f"note: longer than {MAX_NOTE_CHARS} characters", field="note")
@@ -210,7 +206,7 @@ def contradiction_keep_one(
             values.update(status=Status.SUPERSEDED, superseded_by=keep)
         changes[memory.id] = values
     others = [m.id for m in rows if m.id != keep]
-    who = _who(actor)
+    who = audit.actor_name(actor)
     text = _note(note)
     reason = (
         f"contradiction of {len(rows)} memories resolved{' by ' + who if who else ''}: kept {keep}, "
@@ -242,7 +238,7 @@ def contradiction_keep_both(
     now = now or timezone.now()
     rows = _cluster(workspace, ids)
     members = {str(m.id) for m in rows}
-    who = _who(actor)
+    who = audit.actor_name(actor)
     text = _note(note)
     changes: dict[uuid.UUID, dict[str, Any]] = {}
     for memory in rows:
@@ -306,7 +302,7 @@ def drift_acknowledge(
     pending = open_flags(memory.drift_flags)
     if not pending and (not pin or memory.pinned):
         raise Conflict("every drift flag of this memory was already acknowledged", code="already_acknowledged")
-    who = _who(actor)
+    who = audit.actor_name(actor)
     resolution = RESOLUTION_PINNED if pin else RESOLUTION_ACKNOWLEDGED
     stamp = {"acknowledged_at": now.isoformat(), "acknowledged_by": who, "resolution": resolution}
     flags = [

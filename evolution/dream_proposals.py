@@ -131,7 +131,7 @@ def reflection_apply(workspace: Workspace, proposal: Proposal, actor: User | Non
     memory = engine.reflection_record(workspace=workspace, actor=actor, item=item, origin=origin, now=now).memory
     after: dict[str, Any] = {}
     created_after(after, [memory], [], dry_run=False)
-    who = actor.get_username() if actor is not None and actor.is_authenticated else ""
+    who = audit.actor_name(actor)
     (record,) = audit.records_save(
         [
             audit.record_build(
@@ -333,7 +333,7 @@ def promotion_apply(workspace: Workspace, proposal: Proposal, actor: User | None
         )
         created_after(after, [memory], edge_ids, dry_run=False)
         rule_id = memory.id
-    who = actor.get_username() if actor is not None and actor.is_authenticated else ""
+    who = audit.actor_name(actor)
     (record,) = audit.records_save(
         [
             audit.record_build(

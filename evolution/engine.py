@@ -802,7 +802,7 @@ def strategy_apply(workspace: Workspace, proposal: Proposal, actor: User | None,
     }
     after[audit.CREATED_MEMORIES] = [str(rule.id)]
     after["contents"] = {str(rule.id): rule.content}
-    who = actor.get_username() if actor is not None and actor.is_authenticated else ""
+    who = audit.actor_name(actor)
     (record,) = audit.records_save(
         [
             audit.record_build(

@@ -200,7 +200,7 @@ def merge_apply(workspace: Workspace, proposal: Proposal, actor: User | None, no
     record_after: dict[str, Any] = dict(after)
     if edge_ids:
         record_after[audit.CREATED_EDGES] = edge_ids
-    who = actor.get_username() if actor is not None and actor.is_authenticated else ""
+    who = audit.actor_name(actor)
     (record,) = audit.records_save(
         [
             audit.record_build(

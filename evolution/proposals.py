@@ -158,6 +158,32 @@ def proposals_create(*, workspace: Workspace, drafts: Sequence[ProposalDraft], n
     return Proposal.objects.bulk_create(rows, batch_size=500)
 
 
+def proposals_recorded(
+    *,
+    workspace: Workspace,
+    drafts: Sequence[ProposalDraft],
+    dry_run: bool,
+    now: datetime,
+    record_for: Callable[[ProposalDraft, dict[str, Any]], EvolutionRecord],
+) -> list[EvolutionRecord]:
+    """What an evolver that proposes rather than applies returns: the drafts' proposals are created
+    (nothing on a dry run) and `record_for(draft, after)` builds one record per proposal created, with
+    after = {"payload", "proposal_id"}; a dry run records every draft (no proposal_id). Drafts skipped
+    as duplicates get no record, so re-running an evolver records nothing new."""
+    created = (
+        {} if dry_run else {p.dedupe_key: p.pk for p in proposals_create(workspace=workspace, drafts=drafts, now=now)}
+    )
+    records: list[EvolutionRecord] = []
+    for draft in drafts:
+        after: dict[str, Any] = {"payload": draft.payload}
+        if not dry_run:
+            if draft.dedupe_key not in created:
+                continue
+            after["proposal_id"] = created[draft.dedupe_key]
+        records.append(record_for(draft, after))
+    return records
+
+
 def _locked(workspace: Workspace, proposal_id: object) -> Proposal:
     try:
         pk = int(str(proposal_id))

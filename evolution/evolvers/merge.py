@@ -13,7 +13,7 @@ Settings under ``workspace.evolution_settings["DuplicateMerger"]``: threshold, m
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from evolution.algorithms.merge import DEFAULT_THRESHOLD, MergeCandidates, dupli
 from evolution.evolvers.base import EvolutionResult, register
 from evolution.evolvers.typed import number_setting, types_setting
 from evolution.models import Action, EvolutionRun, ProposalKind
-from evolution.proposals import ProposalDraft, proposals_create
+from evolution.proposals import ProposalDraft, proposals_recorded
 from memories.embeddings import default_embedder
 from memories.errors import InvalidInput
 from memories.models import Workspace
@@ -112,31 +112,26 @@ class DuplicateMerger:
                     created_by=self.name,
                 )
             )
-        created = (
-            {}
-            if dry_run
-            else {p.dedupe_key: p.pk for p in proposals_create(workspace=workspace, drafts=drafts, now=now)}
-        )
-        for draft in drafts:
-            record_after: dict[str, Any] = {"payload": draft.payload}
-            if not dry_run:
-                if draft.dedupe_key not in created:
-                    continue
-                record_after["proposal_id"] = created[draft.dedupe_key]
-            result.records.append(
-                audit.record_build(
+        result.records.extend(
+            proposals_recorded(
+                workspace=workspace,
+                drafts=drafts,
+                dry_run=dry_run,
+                now=now,
+                record_for=lambda draft, after: audit.record_build(
                     workspace=workspace,
                     evolver=self.name,
                     action=Action.FLAG,
                     reason=f"proposed merging {len(draft.source_ids)} near-duplicate "
                     f"{draft.payload['memory_type']} memories into {draft.payload['keep']}; awaiting approval",
                     input_ids=draft.source_ids,
-                    after=record_after,
+                    after=after,
                     run=run,
                     dry_run=dry_run,
                     now=now,
-                )
+                ),
             )
+        )
         result.stats["proposed"] = len(result.records)
         return result
 

@@ -34,7 +34,7 @@ from evolution.evolvers.base import (
 )
 from evolution.llm import LLMClient, default_client
 from evolution.models import Action, EvolutionRecord, EvolutionRun, ProposalKind, RecordLink
-from evolution.proposals import ProposalDraft, proposals_create
+from evolution.proposals import ProposalDraft, proposals_recorded
 from memories.embeddings import default_embedder
 from memories.errors import InvalidInput, NotFound
 from memories.models import MemoryType, Status, Workspace
@@ -346,19 +346,13 @@ class SummaryEvolver:
                     created_by=self.name,
                 )
             )
-        created = (
-            {}
-            if dry_run
-            else {p.dedupe_key: p.pk for p in proposals_create(workspace=workspace, drafts=drafts, now=now)}
-        )
-        for draft in drafts:
-            after: dict[str, Any] = {"payload": draft.payload}
-            if not dry_run:
-                if draft.dedupe_key not in created:
-                    continue
-                after["proposal_id"] = created[draft.dedupe_key]
-            result.records.append(
-                audit.record_build(
+        result.records.extend(
+            proposals_recorded(
+                workspace=workspace,
+                drafts=drafts,
+                dry_run=dry_run,
+                now=now,
+                record_for=lambda draft, after: audit.record_build(
                     workspace=workspace,
                     evolver=self.name,
                     action=Action.CREATE,
@@ -372,8 +366,9 @@ class SummaryEvolver:
                     run=run,
                     dry_run=dry_run,
                     now=now,
-                )
+                ),
             )
+        )
         result.stats["proposed"] = len(result.records)
         return result
 
