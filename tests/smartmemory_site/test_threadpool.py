@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -36,6 +38,13 @@ class RecordingApp:
         await sync_to_async(self._work)()
 
 
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """asyncio.run on a thread of its own, as a server's event loop is (the browser tests leave an event
+    loop running in the test thread)."""
+    with ThreadPoolExecutor(max_workers=1) as loop_thread:
+        loop_thread.submit(asyncio.run, main).result()
+
+
 async def _noop_receive() -> dict[str, Any]:
     return {"type": "http.disconnect"}
 
@@ -52,7 +61,7 @@ def test_sequential_requests_run_on_the_same_long_lived_thread() -> None:
         for _ in range(3):
             await pool({"type": "http"}, _noop_receive, _noop_send)
 
-    asyncio.run(main())
+    run_loop(main())
     pool.shutdown()
     assert len(app.threads) == 6
     assert len(set(app.threads)) == 1
@@ -67,7 +76,7 @@ def test_one_request_at_a_time_keeps_using_the_most_recently_freed_thread() -> N
         for _ in range(5):
             await pool({"type": "http"}, _noop_receive, _noop_send)
 
-    asyncio.run(main())
+    run_loop(main())
     pool.shutdown()
     assert len(set(app.threads)) == 1
 
@@ -79,7 +88,7 @@ def test_concurrent_requests_never_exceed_the_pool_size() -> None:
     async def main() -> None:
         await asyncio.gather(*(pool({"type": "http"}, _noop_receive, _noop_send) for _ in range(6)))
 
-    asyncio.run(main())
+    run_loop(main())
     pool.shutdown()
     assert len(app.threads) == 12
     assert app.peak == 2
@@ -100,7 +109,7 @@ def test_a_request_that_fails_gives_its_thread_back() -> None:
             with pytest.raises(RuntimeError, match="view crashed"):
                 await pool({"type": "http"}, _noop_receive, _noop_send)
 
-    asyncio.run(main())
+    run_loop(main())
     pool.shutdown()
     assert len(calls) == 2 and calls[0] == calls[1]
 
@@ -112,7 +121,7 @@ def test_other_scopes_pass_straight_through() -> None:
         seen.append(scope["type"])
 
     pool = PooledSyncThreads(app, size=1)
-    asyncio.run(pool({"type": "lifespan"}, _noop_receive, _noop_send))
+    run_loop(pool({"type": "lifespan"}, _noop_receive, _noop_send))
     pool.shutdown()
     assert seen == ["lifespan"]
 
