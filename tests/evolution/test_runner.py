@@ -152,3 +152,65 @@ def test_reverting_a_run_rewinds_its_cursor_so_events_are_counted_again(kit: Any
     assert kit.co_edge(a, b) is None
     kit.run("HebbianCoRetrieval", now=kit.NOW + timedelta(hours=1))
     assert kit.co_edge(a, b).co_retrieval_count == 1
+
+
+# -- SQLite write settings of a cycle ------------------------------------------------------------
+
+
+@pytest.fixture
+def file_sqlite(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A connection to a SQLite file in WAL mode (the test database is in memory, where the cycle's
+    write settings do nothing), installed as the runner's connection."""
+    from django.conf import settings
+    from django.db.backends.sqlite3.base import DatabaseWrapper
+
+    from evolution import runner
+
+    wrapper = DatabaseWrapper({**settings.DATABASES["default"], "NAME": str(tmp_path / "cycle.sqlite3")})
+    with wrapper.cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA wal_autocheckpoint=1000")
+        cursor.execute("PRAGMA cache_size=-2000")
+        cursor.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
+    monkeypatch.setattr(runner, "connection", wrapper)
+    yield wrapper
+    wrapper.close()
+
+
+def _pragma(wrapper: Any, name: str) -> int:
+    with wrapper.cursor() as cursor:
+        cursor.execute(f"PRAGMA {name}")
+        return int(cursor.fetchone()[0])
+
+
+def test_a_cycle_on_a_sqlite_file_defers_checkpoints_then_checkpoints_and_restores_the_settings(
+    file_sqlite: Any,
+) -> None:
+    import os
+
+    from evolution.runner import CYCLE_CACHE_KIB, sqlite_bulk_writes
+
+    wal = f"{file_sqlite.settings_dict['NAME']}-wal"
+    with sqlite_bulk_writes():
+        assert _pragma(file_sqlite, "wal_autocheckpoint") == 0
+        assert _pragma(file_sqlite, "cache_size") == -CYCLE_CACHE_KIB
+        with file_sqlite.cursor() as cursor:
+            cursor.executemany("INSERT INTO t (v) VALUES (?)", [(b"x" * 3000,) for _ in range(2000)])
+        # No automatic checkpoint ran: every written page is still in the WAL (2000 rows > 1000 pages).
+        assert os.path.getsize(wal) > 1000 * 4096
+    assert _pragma(file_sqlite, "wal_autocheckpoint") == 1000
+    assert _pragma(file_sqlite, "cache_size") == -2000
+    # The checkpoint at the end copied the rows into the database file itself.
+    assert os.path.getsize(file_sqlite.settings_dict["NAME"]) > 2000 * 3000
+
+
+def test_inside_a_transaction_the_cycle_leaves_the_sqlite_settings_alone(file_sqlite: Any) -> None:
+    from evolution.runner import sqlite_bulk_writes
+
+    file_sqlite.in_atomic_block = True  # a caller's open transaction: PRAGMAs there would not apply
+    try:
+        with sqlite_bulk_writes():
+            assert _pragma(file_sqlite, "wal_autocheckpoint") == 1000
+            assert _pragma(file_sqlite, "cache_size") == -2000
+    finally:
+        file_sqlite.in_atomic_block = False
