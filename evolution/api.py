@@ -20,17 +20,13 @@ from evolution.evolvers.base import REASONS
 from evolution.models import EvolutionRecord, EvolutionRun
 from memories import selectors as memory_selectors
 from memories.errors import Forbidden, InvalidInput
-from memories.serializers import ErrorOut
+from memories.serializers import ErrorOut, iso_z
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
 RUN_FIELDS = frozenset({"evolvers", "dry_run", "apply"})
 RECORDS_PAGE = 100
 # A history entry lists the other memories of its record only when there are few of them.
 HISTORY_MAX_IDS = 20
-
-
-def _iso(value: Any) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else None
 
 
 def record_json(record: EvolutionRecord) -> dict[str, Any]:
@@ -42,11 +38,11 @@ def record_json(record: EvolutionRecord) -> dict[str, Any]:
         "input_ids": record.input_ids,
         "output_ids": record.output_ids,
         "reason": record.reason,
-        "timestamp": _iso(record.timestamp),
+        "timestamp": iso_z(record.timestamp),
         "dry_run": record.dry_run,
         "before": record.before,
         "after": record.after,
-        "reverted_at": _iso(record.reverted_at),
+        "reverted_at": iso_z(record.reverted_at),
         "reverted_by": record.reverted_by_id,
     }
 
@@ -96,8 +92,8 @@ def run_summary_json(run: EvolutionRun) -> dict[str, Any]:
         "evolvers": run.evolvers,
         "summary": run.summary,
         "progress": run.progress,
-        "started_at": _iso(run.started_at),
-        "finished_at": _iso(run.finished_at),
+        "started_at": iso_z(run.started_at),
+        "finished_at": iso_z(run.finished_at),
         "started_by": run.started_by_id,
     }
 

@@ -7,7 +7,6 @@ corrections, reflections, evolve, dream, import): a viewer gets 403, a non-membe
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
 from django.http import HttpResponse
@@ -27,14 +26,10 @@ from evolution.models import DreamReport, Outcome
 from memories import selectors
 from memories.api_errors import error_response
 from memories.errors import InvalidInput
-from memories.serializers import ErrorOut, MemoryOut, memory_json
+from memories.serializers import ErrorOut, MemoryOut, iso_z, memory_json
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
 DREAM_FIELDS = frozenset({"dry_run"})
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else None
 
 
 def _body(request: Request) -> dict[str, Any]:
@@ -54,7 +49,7 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
         "result": outcome.result,
         "context": {"lesson": outcome.lesson, "issue": outcome.issue, "solution": outcome.solution},
         "source": outcome.source,
-        "created_at": _iso(outcome.created_at),
+        "created_at": iso_z(outcome.created_at),
     }
 
 
@@ -71,7 +66,7 @@ def evolve_json(result: engine.EvolveResult | None) -> dict[str, Any]:
 def dream_json(report: DreamReport) -> dict[str, Any]:
     return {
         "id": report.pk,
-        "created_at": _iso(report.created_at),
+        "created_at": iso_z(report.created_at),
         "run_id": str(report.run_id) if report.run_id else None,
         "dry_run": bool(report.report.get("dry_run")),
         "report": report.report,

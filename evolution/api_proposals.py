@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -15,13 +14,9 @@ from evolution import proposals, typed_selectors
 from evolution.models import Proposal
 from memories import selectors
 from memories.errors import InvalidInput
-from memories.serializers import ErrorOut
+from memories.serializers import ErrorOut, iso_z
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else None
 
 
 def proposal_json(proposal: Proposal) -> dict[str, Any]:
@@ -34,9 +29,9 @@ def proposal_json(proposal: Proposal) -> dict[str, Any]:
         "payload": proposal.payload,
         "source_ids": proposal.source_ids,
         "created_by": proposal.created_by,
-        "created_at": _iso(proposal.created_at),
+        "created_at": iso_z(proposal.created_at),
         "decided_by": proposal.decided_by.get_username() if proposal.decided_by is not None else None,
-        "decided_at": _iso(proposal.decided_at),
+        "decided_at": iso_z(proposal.decided_at),
         "decision_reason": proposal.decision_reason,
         "applied_record": proposal.applied_record_id,
     }

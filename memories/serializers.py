@@ -11,7 +11,8 @@ from memories.algorithms.activation import decayed_activation
 from memories.models import Edge, Memory, Workspace
 
 
-def _iso(value: datetime | None) -> str | None:
+def iso_z(value: datetime | None) -> str | None:
+    """A datetime as the contract writes it: ISO 8601 with a Z for UTC; None stays None."""
     return value.isoformat().replace("+00:00", "Z") if value is not None else None
 
 
@@ -39,18 +40,18 @@ def memory_json(memory: Memory, now: datetime, *, workspace: Workspace) -> dict[
                 now,
             ),
             "stored": memory.activation_score,
-            "last_boost_at": _iso(memory.activation_last_boost_at),
+            "last_boost_at": iso_z(memory.activation_last_boost_at),
             "half_life_hours": memory.activation_half_life_hours,
             "boost_count": memory.activation_boost_count,
         },
         "retention_score": memory.retention_score,
         "stability": memory.stability,
         "access_count": memory.access_count,
-        "last_accessed": _iso(memory.last_accessed),
-        "created_at": _iso(memory.created_at),
-        "updated_at": _iso(memory.updated_at),
-        "valid_from": _iso(memory.valid_from),
-        "valid_to": _iso(memory.valid_to),
+        "last_accessed": iso_z(memory.last_accessed),
+        "created_at": iso_z(memory.created_at),
+        "updated_at": iso_z(memory.updated_at),
+        "valid_from": iso_z(memory.valid_from),
+        "valid_to": iso_z(memory.valid_to),
         "conflicts_with": memory.conflicts_with,
         "replace_log": memory.replace_log,
         "replace_count": memory.replace_count,
@@ -72,9 +73,9 @@ def edge_json(edge: Edge) -> dict[str, Any]:
         "type": edge.edge_type,
         "weight": edge.weight,
         "co_retrieval_count": edge.co_retrieval_count,
-        "first_co_retrieved_at": _iso(edge.first_co_retrieved_at),
-        "last_co_retrieved_at": _iso(edge.last_co_retrieved_at),
-        "created_at": _iso(edge.created_at),
+        "first_co_retrieved_at": iso_z(edge.first_co_retrieved_at),
+        "last_co_retrieved_at": iso_z(edge.last_co_retrieved_at),
+        "created_at": iso_z(edge.created_at),
     }
 
 

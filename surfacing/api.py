@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 
 from memories import selectors as memory_selectors
 from memories.errors import InvalidInput
-from memories.serializers import ErrorOut, MemoryOut, memory_json
+from memories.serializers import ErrorOut, MemoryOut, iso_z, memory_json
 from surfacing import selectors, services
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut}
@@ -239,7 +239,7 @@ class SessionPinApi(APIView):
                 "session_id": sid,
                 "memory_id": str(pin.memory_id),
                 "weight": pin.weight,
-                "expires_at": pin.expires_at.isoformat().replace("+00:00", "Z"),
+                "expires_at": iso_z(pin.expires_at),
             }
         )
 
