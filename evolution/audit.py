@@ -203,6 +203,12 @@ def record_revert_plan(record: EvolutionRecord) -> None:
                     raise Conflict(f"edge {eid} field {name} changed later", code="revert_conflict")
 
 
+def memory_fields(record: EvolutionRecord, key: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The (before, after) field values a record holds for the memory whose id text is `key` ({} when none)."""
+    before, after = record.before.get(key), record.after.get(key)
+    return (before if isinstance(before, dict) else {}), (after if isinstance(after, dict) else {})
+
+
 def _edge_row(edge: Edge) -> tuple[uuid.UUID, uuid.UUID, str, float]:
     return (edge.source_id, edge.target_id, edge.edge_type, edge.weight)
 

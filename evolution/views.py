@@ -32,7 +32,7 @@ from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from evolution import curation, dream, engine, memdir_io, merges, page_selectors, proposals, services
+from evolution import audit, curation, dream, engine, memdir_io, merges, page_selectors, proposals, services
 from evolution.algorithms.engine import REVIEW_TASK_TYPE
 from evolution.evolvers.base import REASONS
 from evolution.forms import (
@@ -64,7 +64,7 @@ from memories.errors import Conflict, InvalidInput
 from memories.forms import MemoryEditForm
 from memories.models import EdgeType, Memory, MemoryType, Status
 from memories.selectors import WorkspaceAccess
-from memories.views import domain_errors
+from memories.views import Change, domain_errors
 
 TABS: Final = ("pending", "decided", "vetoed")
 QUEUE_PAGE: Final = 50
@@ -181,16 +181,9 @@ def _refs(ids: Sequence[Any], rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls
 
 
 @dataclass(frozen=True)
-class FieldChange:
-    field: str
-    before: str
-    after: str
-
-
-@dataclass(frozen=True)
 class RowChange:
     ref: MemoryRef
-    changes: list[FieldChange]
+    changes: list[Change]
     reason: str = ""
 
 
@@ -246,7 +239,7 @@ def _summary_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls:
             preview.problems.append(
                 f"Memory {ref.id} was summarized by {ref.memory.summarized_by} since: approving will be refused."
             )
-        preview.changes.append(RowChange(ref, [FieldChange("summarized_by", "—", "the new summary")]))
+        preview.changes.append(RowChange(ref, [Change("summarized_by", "—", "the new summary")]))
     return preview
 
 
@@ -280,7 +273,7 @@ def _strategy_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls
         preview.changes.append(
             RowChange(
                 ref,
-                [FieldChange("status", m.status, Status.SUPERSEDED), FieldChange("superseded_by", "—", "the new rule")],
+                [Change("status", m.status, Status.SUPERSEDED), Change("superseded_by", "—", "the new rule")],
             )
         )
     return preview
@@ -336,7 +329,7 @@ def _merge_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: M
         if mid not in after:
             continue
         changes = [
-            FieldChange(
+            Change(
                 name,
                 _merge_value(before[mid].get(name)),
                 kept.label if name == "superseded_by" else _merge_value(value),
@@ -379,7 +372,7 @@ def _promotion_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], url
         if m.tier == "hot":
             return Preview(problems=[f"Rule {target.id} is HOT already: approving will be refused."])
         return Preview(
-            changes=[RowChange(target, [FieldChange("tier", m.tier, "hot")], "the rule with this text")],
+            changes=[RowChange(target, [Change("tier", m.tier, "hot")], "the rule with this text")],
             notes=[f"New edges: {linked}. If you rewrite the rule, a new HOT rule is created instead."],
         )
     return Preview(
@@ -982,14 +975,13 @@ def _record_view(record: EvolutionRecord, rows: Mapping[uuid.UUID, Memory], urls
     reasons = record.after.get(REASONS) if isinstance(record.after.get(REASONS), dict) else {}
     changes: list[RowChange] = []
     for key in keys[:MEMORIES_PER_RECORD]:
-        before = record.before.get(key) if isinstance(record.before.get(key), dict) else {}
-        after = record.after.get(key) if isinstance(record.after.get(key), dict) else {}
+        before, after = audit.memory_fields(record, key)
         names = [n for n in dict.fromkeys([*before, *after]) if n not in _QUIET_FIELDS and n != "embedding"]
         (mid,) = page_selectors.as_uuids([key])
         changes.append(
             RowChange(
                 MemoryRef(key, urls(key), rows.get(mid)),
-                [FieldChange(n, _shown(before.get(n)), _shown(after.get(n))) for n in names],
+                [Change(n, _shown(before.get(n)), _shown(after.get(n))) for n in names],
                 str((reasons or {}).get(key) or ""),
             )
         )

@@ -28,6 +28,7 @@ from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from evolution import audit
 from evolution import services as evolution_services
 from evolution.audit import CREATED_MEMORIES
 from evolution.models import Action, EvolutionRecord
@@ -525,8 +526,7 @@ def timeline(memory: Memory, records: Sequence[EvolutionRecord]) -> list[Timelin
     key = str(memory.id)
     entries = []
     for record in records:
-        before = record.before.get(key) if isinstance(record.before.get(key), dict) else {}
-        after = record.after.get(key) if isinstance(record.after.get(key), dict) else {}
+        before, after = audit.memory_fields(record, key)
         names = [n for n in dict.fromkeys([*before, *after]) if n != "updated_at"]
         changes = [Change(n, _shown(before.get(n)), _shown(after.get(n))) for n in names]
         if key in record.after.get(CREATED_MEMORIES, []):
