@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,10 +12,8 @@ from memories import services as memory_services
 from memories.inputs import SessionInput, TurnInput
 from memories.models import Memory, Role, Workspace
 from memories.signalbus import LocalSignalBus
-from surfacing.graphstore import SqlGraphStore, set_graph_store
-from surfacing.pins import DbPinStore, set_pin_store
 
-pytestmark = [pytest.mark.django_db, pytest.mark.api]
+pytestmark = [pytest.mark.django_db, pytest.mark.api, pytest.mark.usefixtures("stores")]
 
 Make = Callable[..., Memory]
 BREAKDOWN_KEYS = {
@@ -27,15 +25,6 @@ BREAKDOWN_KEYS = {
     "session_pin_boost",
     "freshness_boost",
 }
-
-
-@pytest.fixture(autouse=True)
-def stores() -> Iterator[None]:
-    set_graph_store(SqlGraphStore())
-    set_pin_store(DbPinStore())
-    yield
-    set_graph_store(None)
-    set_pin_store(None)
 
 
 def url(ws: str, *parts: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -11,13 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memories import services as memory_services
-from memories.demo import demo_load
 from memories.inputs import MemoryInput
 from memories.models import Memory, Workspace
 from surfacing import inspector, services
 from surfacing.algorithms.composite import ScoreBreakdown
-from surfacing.graphstore import SqlGraphStore, set_graph_store
-from surfacing.pins import DbPinStore, set_pin_store
 from surfacing.settings import DEFAULTS
 
 QUERY = "Why did we pick JWT?"
@@ -144,20 +140,6 @@ def test_setting_changes_describe_what_save_would_store() -> None:
 
 
 # -- a whole inspection -----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def stores() -> Iterator[None]:
-    set_graph_store(SqlGraphStore())
-    set_pin_store(DbPinStore())
-    yield
-    set_graph_store(None)
-    set_pin_store(None)
-
-
-@pytest.fixture
-def demo(db: None, stores: None) -> Workspace:
-    return demo_load(slug="demo").workspace
 
 
 def inspect(workspace: Workspace, **overrides: object) -> inspector.Inspection:

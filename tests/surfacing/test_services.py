@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,21 +15,11 @@ from memories.inputs import SessionInput, TurnInput
 from memories.models import Memory, RetrievalEvent, Status, Workspace
 from memories.signalbus import LocalSignalBus
 from surfacing import services
-from surfacing.graphstore import SqlGraphStore, set_graph_store
-from surfacing.pins import DbPinStore, pin_store, set_pin_store
+from surfacing.pins import pin_store
 
-pytestmark = [pytest.mark.django_db, pytest.mark.api]
+pytestmark = [pytest.mark.django_db, pytest.mark.api, pytest.mark.usefixtures("stores")]
 
 Make = Callable[..., Memory]
-
-
-@pytest.fixture(autouse=True)
-def stores() -> Iterator[None]:
-    set_graph_store(SqlGraphStore())
-    set_pin_store(DbPinStore())
-    yield
-    set_graph_store(None)
-    set_pin_store(None)
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -11,13 +11,10 @@ import pytest
 from django.test import Client
 
 from memories import services as memory_services
-from memories.demo import demo_load
 from memories.models import AuditEntry, RetrievalEvent, Role, Workspace
 from memories.signalbus import LocalSignalBus
-from surfacing.graphstore import SqlGraphStore, set_graph_store
-from surfacing.pins import DbPinStore, set_pin_store
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("stores")]
 
 PAGE = "/w/demo/inspector/"
 SAVE = "/w/demo/inspector/settings/"
@@ -38,20 +35,6 @@ KNOBS = {
     "spread_enabled": "true",
     "ppr_enabled": "true",
 }
-
-
-@pytest.fixture(autouse=True)
-def stores() -> Iterator[None]:
-    set_graph_store(SqlGraphStore())
-    set_pin_store(DbPinStore())
-    yield
-    set_graph_store(None)
-    set_pin_store(None)
-
-
-@pytest.fixture
-def demo(db: None) -> Workspace:
-    return demo_load(slug="demo").workspace
 
 
 @pytest.fixture
