@@ -99,6 +99,12 @@ def record_build(
     )
 
 
+def record_save(record: EvolutionRecord) -> EvolutionRecord:
+    """Insert one built record and its memory links (records_save of one)."""
+    (saved,) = records_save([record])
+    return saved
+
+
 def records_save(records: Sequence[EvolutionRecord], *, batch_size: int = 500) -> list[EvolutionRecord]:
     """Insert records and their memory links in batches (ids are needed for the links)."""
     if not records:

@@ -101,21 +101,19 @@ def _save_changes(
         raise Conflict("nothing to change: the memories already are in that state", code="no_change")
     for names, group in by_fields.items():
         Memory.objects.bulk_update(group, list(names), batch_size=500)
-    (record,) = audit.records_save(
-        [
-            audit.record_build(
-                workspace=workspace,
-                evolver=CURATION_EVOLVER,
-                action=action,
-                reason=reason[:2000],
-                input_ids=input_ids,
-                output_ids=output_ids,
-                before=before,
-                after=after,
-                actor=actor,
-                now=now,
-            )
-        ]
+    record = audit.record_save(
+        audit.record_build(
+            workspace=workspace,
+            evolver=CURATION_EVOLVER,
+            action=action,
+            reason=reason[:2000],
+            input_ids=input_ids,
+            output_ids=output_ids,
+            before=before,
+            after=after,
+            actor=actor,
+            now=now,
+        )
     )
     _announce(workspace, record)
     return record

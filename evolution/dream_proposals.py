@@ -132,20 +132,18 @@ def reflection_apply(workspace: Workspace, proposal: Proposal, actor: User | Non
     after: dict[str, Any] = {}
     created_after(after, [memory], [], dry_run=False)
     who = audit.actor_name(actor)
-    (record,) = audit.records_save(
-        [
-            audit.record_build(
-                workspace=workspace,
-                evolver=DREAM_EVOLVER,
-                action=Action.CREATE,
-                reason=f"reflection proposal {proposal.pk} approved{' by ' + who if who else ''}: reflection "
-                f"{memory.id} added to the log",
-                output_ids=[memory.id],
-                after=after,
-                actor=actor,
-                now=now,
-            )
-        ]
+    record = audit.record_save(
+        audit.record_build(
+            workspace=workspace,
+            evolver=DREAM_EVOLVER,
+            action=Action.CREATE,
+            reason=f"reflection proposal {proposal.pk} approved{' by ' + who if who else ''}: reflection "
+            f"{memory.id} added to the log",
+            output_ids=[memory.id],
+            after=after,
+            actor=actor,
+            now=now,
+        )
     )
     return record
 
@@ -334,22 +332,20 @@ def promotion_apply(workspace: Workspace, proposal: Proposal, actor: User | None
         created_after(after, [memory], edge_ids, dry_run=False)
         rule_id = memory.id
     who = audit.actor_name(actor)
-    (record,) = audit.records_save(
-        [
-            audit.record_build(
-                workspace=workspace,
-                evolver=DREAM_EVOLVER,
-                action=Action.PROMOTE,
-                reason=f"promotion proposal {proposal.pk} approved{' by ' + who if who else ''}: rule {rule_id} "
-                f"{'raised' if target is not None else 'created'} in HOT from {len(sources)} reflections",
-                input_ids=sources,
-                output_ids=[rule_id],
-                before=before,
-                after=after,
-                actor=actor,
-                now=now,
-            )
-        ]
+    record = audit.record_save(
+        audit.record_build(
+            workspace=workspace,
+            evolver=DREAM_EVOLVER,
+            action=Action.PROMOTE,
+            reason=f"promotion proposal {proposal.pk} approved{' by ' + who if who else ''}: rule {rule_id} "
+            f"{'raised' if target is not None else 'created'} in HOT from {len(sources)} reflections",
+            input_ids=sources,
+            output_ids=[rule_id],
+            before=before,
+            after=after,
+            actor=actor,
+            now=now,
+        )
     )
     return record
 

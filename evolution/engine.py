@@ -803,22 +803,20 @@ def strategy_apply(workspace: Workspace, proposal: Proposal, actor: User | None,
     after[audit.CREATED_MEMORIES] = [str(rule.id)]
     after["contents"] = {str(rule.id): rule.content}
     who = audit.actor_name(actor)
-    (record,) = audit.records_save(
-        [
-            audit.record_build(
-                workspace=workspace,
-                evolver=ENGINE_EVOLVER,
-                action=Action.PROMOTE,
-                reason=f"strategy proposal {proposal.pk} approved{' by ' + who if who else ''}: HOT rule "
-                f"{rule.id} created" + (f", superseding {len(superseded)} older engine rule(s)" if superseded else ""),
-                input_ids=[m.id for m in superseded],
-                output_ids=[rule.id],
-                before=before,
-                after=after,
-                actor=actor,
-                now=now,
-            )
-        ]
+    record = audit.record_save(
+        audit.record_build(
+            workspace=workspace,
+            evolver=ENGINE_EVOLVER,
+            action=Action.PROMOTE,
+            reason=f"strategy proposal {proposal.pk} approved{' by ' + who if who else ''}: HOT rule "
+            f"{rule.id} created" + (f", superseding {len(superseded)} older engine rule(s)" if superseded else ""),
+            input_ids=[m.id for m in superseded],
+            output_ids=[rule.id],
+            before=before,
+            after=after,
+            actor=actor,
+            now=now,
+        )
     )
     _record_decision(workspace, strategy, "approve", proposal.decision_reason, now)
     return record

@@ -201,22 +201,20 @@ def merge_apply(workspace: Workspace, proposal: Proposal, actor: User | None, no
     if edge_ids:
         record_after[audit.CREATED_EDGES] = edge_ids
     who = audit.actor_name(actor)
-    (record,) = audit.records_save(
-        [
-            audit.record_build(
-                workspace=workspace,
-                evolver=MERGE_EVOLVER,
-                action=Action.SUPERSEDE,
-                reason=f"merge proposal {proposal.pk} approved{' by ' + who if who else ''}: {len(merge)} "
-                f"near-duplicate memor{'y' if len(merge) == 1 else 'ies'} superseded by {keep}",
-                input_ids=merge,
-                output_ids=[keep],
-                before=before,
-                after=record_after,
-                actor=actor,
-                now=now,
-            )
-        ]
+    record = audit.record_save(
+        audit.record_build(
+            workspace=workspace,
+            evolver=MERGE_EVOLVER,
+            action=Action.SUPERSEDE,
+            reason=f"merge proposal {proposal.pk} approved{' by ' + who if who else ''}: {len(merge)} "
+            f"near-duplicate memor{'y' if len(merge) == 1 else 'ies'} superseded by {keep}",
+            input_ids=merge,
+            output_ids=[keep],
+            before=before,
+            after=record_after,
+            actor=actor,
+            now=now,
+        )
     )
     return record
 

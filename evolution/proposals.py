@@ -352,22 +352,20 @@ def proposal_apply_summary(
     after: dict[str, Any] = {str(mid): {"summarized_by": str(summary.id)} for mid in ids}
     created_after(after, [summary], edge_ids, dry_run=False)
     who = getattr(actor, "username", "") if actor is not None and actor.is_authenticated else ""
-    (record,) = audit.records_save(
-        [
-            audit.record_build(
-                workspace=workspace,
-                evolver=SUMMARY_EVOLVER,
-                action=Action.CREATE,
-                reason=f"summary of {len(ids)} memories created: proposal {proposal.pk} approved"
-                + (f" by {who}" if who else ""),
-                input_ids=ids,
-                output_ids=[summary.id],
-                before=before,
-                after=after,
-                actor=actor,
-                now=now,
-            )
-        ]
+    record = audit.record_save(
+        audit.record_build(
+            workspace=workspace,
+            evolver=SUMMARY_EVOLVER,
+            action=Action.CREATE,
+            reason=f"summary of {len(ids)} memories created: proposal {proposal.pk} approved"
+            + (f" by {who}" if who else ""),
+            input_ids=ids,
+            output_ids=[summary.id],
+            before=before,
+            after=after,
+            actor=actor,
+            now=now,
+        )
     )
     return record
 

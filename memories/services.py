@@ -569,21 +569,19 @@ def memories_bulk_action(
     Memory.objects.bulk_update(changed, [field_name, "updated_at"], batch_size=BULK_BATCH)
     record_action = {"archive": Action.ARCHIVE, "restore": Action.RESTORE}.get(action, Action.UPDATE)
     described = f"{action} {value}".strip()
-    (record,) = audit.records_save(
-        [
-            audit.record_build(
-                workspace=workspace,
-                evolver="user",
-                action=record_action,
-                reason=f"bulk {described} of {len(changed)} memories by {default_origin(actor, 'user')}",
-                input_ids=[m.id for m in changed],
-                output_ids=[m.id for m in changed],
-                before=before,
-                after=after,
-                actor=actor,
-                now=now,
-            )
-        ]
+    record = audit.record_save(
+        audit.record_build(
+            workspace=workspace,
+            evolver="user",
+            action=record_action,
+            reason=f"bulk {described} of {len(changed)} memories by {default_origin(actor, 'user')}",
+            input_ids=[m.id for m in changed],
+            output_ids=[m.id for m in changed],
+            before=before,
+            after=after,
+            actor=actor,
+            now=now,
+        )
     )
     return BulkResult(action=action, selected=len(unique), changed=len(changed), record=record)
 
