@@ -62,7 +62,6 @@ from surfacing.algorithms.graph import (
     SPREAD_EDGE_CODES,
     edge_type_mask,
     edge_type_name,
-    top_neighbours,
     top_neighbours_many,
 )
 from surfacing.algorithms.point_query import MENTION_EDGE_CODES, entity_keys, mention_relevance
@@ -428,30 +427,30 @@ def _graph_walk(*, workspace: Workspace, seed_ids: list[uuid.UUID], cfg: Surfaci
 
 def _partners(subgraph: Subgraph | None, returned: Sequence[uuid.UUID], limit: int) -> list[uuid.UUID]:
     """Up to ``limit`` graph neighbours of the returned memories that were not returned, heaviest edges
-    first, an equal share per returned memory (so one hub cannot take every partner slot)."""
+    first, an equal share per returned memory (so one hub cannot take every partner slot).
+
+    Every returned memory's neighbours come from one vectorised ``top_neighbours_many`` call; the share
+    is then taken in the memories' order.
+    """
     if subgraph is None or limit <= 0 or not returned:
         return []
     nodes = subgraph.nodes_of(returned)
     if not nodes:
         return []
     per_item = max(1, math.ceil(limit / len(nodes)))
-    allowed = edge_type_mask(SPREAD_EDGE_CODES)
+    many = top_neighbours_many(subgraph.csr, nodes, per_item + len(nodes), edge_type_mask(SPREAD_EDGE_CODES))
     taken = set(nodes)
-    partners: list[uuid.UUID] = []
-    for node in nodes:
-        neighbours = top_neighbours(subgraph.csr, node, per_item + len(nodes), allowed)
-        count = 0
-        for v in neighbours.nodes.tolist():
-            if v in taken:
-                continue
-            taken.add(v)
-            partners.append(subgraph.ids[v])
-            count += 1
-            if count == per_item or len(partners) == limit:
-                break
+    partners: list[int] = []
+    counts = [0] * len(nodes)
+    for owner, v in zip(many.owner.tolist(), many.nodes.tolist(), strict=True):
+        if counts[owner] == per_item or v in taken:
+            continue
+        taken.add(v)
+        partners.append(v)
+        counts[owner] += 1
         if len(partners) == limit:
             break
-    return partners
+    return subgraph.ids_of(partners)
 
 
 def _declined_factor(

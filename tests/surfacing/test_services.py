@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 from django.utils import timezone
 
@@ -15,6 +17,9 @@ from memories.inputs import SessionInput, TurnInput
 from memories.models import Memory, RetrievalEvent, Status, Workspace
 from memories.signalbus import LocalSignalBus
 from surfacing import services
+from surfacing.algorithms.graph import SPREAD_EDGE_TYPES, build_csr, edge_type_codes, edge_type_mask
+from surfacing.algorithms.graph import top_neighbours as one_node
+from surfacing.graphstore import Subgraph
 from surfacing.pins import pin_store
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api, pytest.mark.usefixtures("stores")]
@@ -528,3 +533,38 @@ def test_declined_memory_held_down_by_interference_says_so(workspace: Workspace,
     assert declined.id == weak.id
     assert declined.factor == "interference"
     assert "retention 0.9300" in declined.detail
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("limit", [1, 7, 50])
+def test_partners_take_an_equal_share_per_returned_memory_heaviest_first(seed: int, limit: int) -> None:
+    """The vectorised partner choice equals the rule node by node: each returned memory in turn takes up
+    to ceil(limit / returned) of its heaviest neighbours that are neither returned nor already taken."""
+    rng = np.random.default_rng(seed)
+    n, m = 60, 400
+    types = [*SPREAD_EDGE_TYPES, "MENTIONS"]
+    csr = build_csr(
+        n,
+        rng.integers(0, n, m),
+        rng.integers(0, n, m),
+        rng.integers(1, 5, m).astype(np.float32) / 4,
+        edge_type_codes(rng.choice(types, m).tolist()),
+    )
+    ids = [uuid.UUID(int=i + 1) for i in range(n)]
+    subgraph = Subgraph(csr=csr, ids=ids, index={mid: i for i, mid in enumerate(ids)})
+    returned = [ids[i] for i in rng.choice(n, 12, replace=False).tolist()] + [uuid.uuid4()]
+
+    nodes = subgraph.nodes_of(returned)
+    per_item = math.ceil(limit / len(nodes))
+    taken, expected = set(nodes), []
+    for node in nodes:
+        count = 0
+        for v in one_node(csr, node, per_item + len(nodes), edge_type_mask(services.SPREAD_EDGE_CODES)).nodes.tolist():
+            if len(expected) == limit or count == per_item:
+                break
+            if v not in taken:
+                taken.add(v)
+                expected.append(ids[v])
+                count += 1
+    assert services._partners(subgraph, returned, limit) == expected
+    assert services._partners(None, returned, limit) == [] and services._partners(subgraph, [], limit) == []
