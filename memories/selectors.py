@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import json
+import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -113,13 +115,14 @@ def lexical_search(
     status_sql = ""
     params: list[Any] = []
     if connection.vendor == "sqlite":
-        # The join reads the memory row of every match, not only of the returned ones; without a status
-        # filter it is skipped (2-3x less work for common terms; surfacing filters statuses itself).
-        join = "JOIN memories_memory m ON m.id = f.memory_id " if statuses else ""
+        if not statuses:
+            return _fts_ranked(fts5_expression(terms), workspace.pk, limit)
+        # The join reads the memory row of every match, not only of the returned ones (callers that
+        # filter statuses themselves pass statuses=None and skip it).
         sql = (
             "SELECT f.memory_id, -bm25(memories_fts) AS score FROM memories_fts f "
-            + join
-            + "WHERE memories_fts MATCH %s AND f.workspace_id = %s{status} "
+            "JOIN memories_memory m ON m.id = f.memory_id "
+            "WHERE memories_fts MATCH %s AND f.workspace_id = %s{status} "
             "ORDER BY bm25(memories_fts) LIMIT %s"
         )
         params = [fts5_expression(terms), workspace.pk]
@@ -142,7 +145,53 @@ def lexical_search(
     with connection.cursor() as cursor:
         cursor.execute(sql.format(status=status_sql), params)
         rows = cursor.fetchall()
-    return [(r[0] if isinstance(r[0], uuid.UUID) else uuid.UUID(r[0]), float(r[1])) for r in rows]
+    return [(_as_uuid(r[0]), float(r[1])) for r in rows]
+
+
+def _as_uuid(value: Any) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
+
+
+# Share of a workspace's rows among its best full-text hits, as last seen by this process
+# (`_fts_ranked`); a workspace not seen yet counts as 1.0.
+_FTS_SHARE: dict[int, float] = {}
+_FTS_SHARE_MIN = 0.5
+_FTS_REPROBE_EVERY = 64
+_fts_queries = itertools.count()
+
+
+def _fts_ranked(expression: str, workspace_id: int, limit: int) -> list[tuple[uuid.UUID, float]]:
+    """SQLite: the ``limit`` best BM25 hits of one workspace for an FTS5 expression, any status.
+
+    ``workspace_id`` is an UNINDEXED column: filtering on it reads the stored row of every match (a
+    third of the query for a common word), where ranking the whole index and filtering only the best
+    rows reads a few hundred. That answer is exact when the best ``wanted`` rows hold ``limit`` rows of
+    the workspace or are all the matches; otherwise the filtered query runs as well. ``wanted`` grows as
+    the workspace's share of hits shrinks; below half, the filtered query runs directly (re-checked every
+    ``_FTS_REPROBE_EVERY`` queries, since a workspace's share changes as it grows).
+    """
+    share = _FTS_SHARE.get(workspace_id, 1.0)
+    if share >= _FTS_SHARE_MIN or next(_fts_queries) % _FTS_REPROBE_EVERY == 0:
+        wanted = math.ceil(limit * 1.2 / max(share, _FTS_SHARE_MIN)) + 8
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT f.memory_id, f.workspace_id, -bm25(memories_fts) FROM memories_fts f "
+                "WHERE memories_fts MATCH %s ORDER BY bm25(memories_fts), f.rowid LIMIT %s",
+                [expression, wanted],
+            )
+            rows = cursor.fetchall()
+        own = [(_as_uuid(mid), float(score)) for mid, space, score in rows if space == workspace_id]
+        if len(rows) == wanted:
+            _FTS_SHARE[workspace_id] = len(own) / wanted
+        if len(own) >= limit or len(rows) < wanted:
+            return own[:limit]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT f.memory_id, -bm25(memories_fts) FROM memories_fts f "
+            "WHERE memories_fts MATCH %s AND f.workspace_id = %s ORDER BY bm25(memories_fts), f.rowid LIMIT %s",
+            [expression, workspace_id, limit],
+        )
+        return [(_as_uuid(mid), float(score)) for mid, score in cursor.fetchall()]
 
 
 def _fts_filter(workspace: Workspace, query: str, *, plan_probes: bool = False) -> Q:

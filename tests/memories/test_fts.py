@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from memories import selectors, services
 from memories.algorithms.fts import fts5_expression, query_terms, tsquery_expression
@@ -169,3 +170,35 @@ def test_a_possessive_searches_for_its_word() -> None:
 def test_a_contraction_stays_one_phrase() -> None:
     assert query_terms("don't rotate") == ["don't", "rotate"]
     assert tsquery_expression(["don't"]) == "(don <-> t)"
+
+
+# -- ranking one workspace among several (SQLite ranks the whole index, then filters) ----------------
+
+
+@pytest.mark.parametrize("own, others", [(30, 2), (3, 60), (0, 40), (12, 12)])
+def test_ranked_hits_are_the_workspace_best_whatever_share_of_the_index_it_holds(
+    workspace: Workspace, other_workspace: Workspace, make_memory: Callable[..., Memory], own: int, others: int
+) -> None:
+    """The best hits of one workspace, best first, as the filtered query ranks them, whether the
+    workspace holds most of the matches, few of them or none (each way twice, so the second query
+    runs with the share the first one observed)."""
+    for i in range(own):
+        make_memory(f"kafka consumer lag {'kafka ' * (i % 5)}note {i}")
+    for i in range(others):
+        make_memory(f"kafka broker {'kafka ' * (i % 7)}elsewhere {i}", ws=other_workspace)
+    selectors._FTS_SHARE.clear()
+    for limit in (5, 5, 40, 40):
+        hits = selectors.lexical_search(workspace=workspace, query="kafka lag", limit=limit, statuses=None)
+        if connection.vendor == "sqlite":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT f.memory_id FROM memories_fts f WHERE memories_fts MATCH %s AND f.workspace_id = %s "
+                    "ORDER BY bm25(memories_fts), f.rowid LIMIT %s",
+                    [fts5_expression(["kafka", "lag"]), workspace.pk, limit],
+                )
+                expected = [uuid.UUID(mid) for (mid,) in cursor.fetchall()]
+            assert [mid for mid, _ in hits] == expected
+        owned = set(Memory.objects.filter(workspace=workspace).values_list("id", flat=True))
+        assert len(hits) == min(limit, own) and {mid for mid, _ in hits} <= owned
+        scores = [score for _, score in hits]
+        assert scores == sorted(scores, reverse=True)
