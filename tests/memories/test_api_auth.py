@@ -1,0 +1,75 @@
+"""Token authentication: DRF's rules (header, messages, inactive users, 401 challenge) on one raw query."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from memories.models import Workspace
+
+pytestmark = [pytest.mark.django_db, pytest.mark.api]
+
+
+def _get(token: str | None, slug: str) -> Any:
+    client = APIClient()
+    if token is not None:
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return client.get(f"/api/v1/workspaces/{slug}/settings/")
+
+
+def test_a_valid_token_authenticates_its_user_with_two_queries(user: Any, workspace: Workspace) -> None:
+    token, _ = Token.objects.get_or_create(user=user)
+    with CaptureQueriesContext(connection) as queries:
+        response = _get(token.key, workspace.slug)
+    assert response.status_code == 200, response.content
+    # the user by token, then the workspace with the caller's role: one query each
+    assert len(queries) == 2, [q["sql"] for q in queries]
+
+
+@pytest.mark.parametrize(
+    "header, error, detail",
+    [
+        (None, "not_authenticated", "Authentication credentials were not provided."),
+        ("not-a-token", "authentication_failed", "Invalid token."),
+        ("", "authentication_failed", "Invalid token header. No credentials provided."),
+    ],
+)
+def test_a_missing_or_unknown_token_is_a_401_with_a_challenge(
+    user: Any, workspace: Workspace, header: str | None, error: str, detail: str
+) -> None:
+    response = _get(header, workspace.slug)
+    assert response.status_code == 401
+    assert response.json() == {"error": error, "detail": detail}
+    assert response["WWW-Authenticate"] == "Token"
+
+
+def test_the_token_of_an_inactive_user_is_refused(user: Any, workspace: Workspace) -> None:
+    token, _ = Token.objects.get_or_create(user=user)
+    user.is_active = False
+    user.save(update_fields=["is_active"])
+    response = _get(token.key, workspace.slug)
+    assert response.status_code == 401
+    assert response.json() == {"error": "authentication_failed", "detail": "User inactive or deleted."}
+
+
+def test_a_deleted_token_stops_working_at_once(user: Any, workspace: Workspace) -> None:
+    token, _ = Token.objects.get_or_create(user=user)
+    assert _get(token.key, workspace.slug).status_code == 200
+    token.delete()
+    assert _get(token.key, workspace.slug).status_code == 401
+
+
+def test_a_token_sees_only_its_user_workspaces(
+    user: Any, workspace: Workspace, other_workspace: Workspace, member: Any
+) -> None:
+    viewer = member("viewer")
+    token, _ = Token.objects.get_or_create(user=viewer)
+    assert _get(token.key, workspace.slug).status_code == 200
+    response = _get(token.key, other_workspace.slug)
+    assert response.status_code == 404
+    assert response.json()["error"] == "not_found"
