@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 
 from django.conf import settings
-from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smartmemory_site.settings")
-django_asgi_app = get_asgi_application()
+
+from smartmemory_site.threadpool import PooledSyncThreads, sync_chain_asgi_application
+
+django_asgi_app = sync_chain_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
@@ -16,7 +18,6 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from smartmemory_site.routing import websocket_urlpatterns  # noqa: E402
 from smartmemory_site.runtime import start_background_workers  # noqa: E402
-from smartmemory_site.threadpool import PooledSyncThreads  # noqa: E402
 
 start_background_workers()
 

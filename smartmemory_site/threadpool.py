@@ -12,6 +12,13 @@ single-thread executors and runs all its thread-sensitive work there (asgiref's 
 with an executor), so connections and caches are reused across requests, and no more than the pool's
 size of requests do synchronous work at once; further requests wait for a free thread (as in a
 pre-forked WSGI server) instead of each starting one. WebSockets keep Channels' own handling.
+
+`SyncChainASGIHandler` is Django's ASGI handler with its middleware chain built for synchronous calls.
+Django's own handler builds the chain for async calls, and every synchronous middleware then crosses to
+a thread and back for its request hook and again for its response hook: about 30 crossings for one
+request through this project's middleware (~3 ms of the 3.6 ms a /healthz took in process, measured).
+With the synchronous chain a request crosses once for its middleware and view, plus once each for the
+request_started signal and closing the response.
 """
 
 from __future__ import annotations
@@ -21,7 +28,11 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from asgiref.sync import ThreadSensitiveContext
+import django
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.base import BaseHandler
+from django.http import HttpRequest, HttpResponseBase
 
 # Loose ASGI aliases: Django's, Channels' and asgiref's own annotations of the same callables disagree.
 Scope = dict[str, Any]
@@ -69,3 +80,25 @@ class PooledSyncThreads:
         """Stop the threads (tests; a server process simply exits)."""
         for executor in self._executors:
             executor.shutdown(wait=True)
+
+
+class SyncChainASGIHandler(ASGIHandler):
+    """Django's ASGI handler running the middleware chain and view in one thread-sensitive call.
+
+    Everything else (reading the body, signals, streaming and sending the response, disconnects) is
+    Django's. Async views still work: the synchronous chain runs them with async_to_sync.
+    """
+
+    def __init__(self) -> None:
+        BaseHandler.__init__(self)
+        self.load_middleware(is_async=False)
+
+    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
+        response: HttpResponseBase = await sync_to_async(self.get_response, thread_sensitive=True)(request)
+        return response
+
+
+def sync_chain_asgi_application() -> SyncChainASGIHandler:
+    """`django.core.asgi.get_asgi_application`, with the synchronous middleware chain."""
+    django.setup(set_prefix=False)
+    return SyncChainASGIHandler()

@@ -9,9 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import SyncToAsync, sync_to_async
+from django.core.handlers.asgi import ASGIHandler
 
-from smartmemory_site.threadpool import PooledSyncThreads
+from smartmemory_site.threadpool import PooledSyncThreads, SyncChainASGIHandler
 
 
 class RecordingApp:
@@ -129,3 +130,66 @@ def test_other_scopes_pass_straight_through() -> None:
 def test_a_pool_needs_at_least_one_thread() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         PooledSyncThreads(RecordingApp(), size=0)
+
+
+# -- SyncChainASGIHandler ----------------------------------------------------------------------------
+
+
+def _http_scope(path: str) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+
+
+@pytest.mark.parametrize("sync_chain", [True, False])
+def test_a_request_crosses_to_a_thread_a_fixed_few_times_with_the_sync_chain(
+    transactional_db: None, monkeypatch: pytest.MonkeyPatch, sync_chain: bool
+) -> None:
+    """Django's own handler builds its middleware chain for async calls, and each synchronous middleware
+    then crosses to a thread for its request hook and again for its response hook; the sync chain runs
+    the middleware and view in one crossing (plus the request_started signal and closing the response).
+    The response is the same either way."""
+    crossings = 0
+    original = SyncToAsync.__call__
+
+    async def counted(self: SyncToAsync, *args: Any, **kwargs: Any) -> Any:
+        nonlocal crossings
+        crossings += 1
+        return await original(self, *args, **kwargs)
+
+    handler = SyncChainASGIHandler() if sync_chain else ASGIHandler()
+    pool = PooledSyncThreads(handler, size=1)
+    sent: list[dict[str, Any]] = []
+    received = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal received
+        if not received:
+            received = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.sleep(60)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    monkeypatch.setattr(SyncToAsync, "__call__", counted)
+    run_loop(pool(_http_scope("/healthz"), receive, send))
+    pool.shutdown()
+    assert sent[0]["status"] == 200 and b'"status": "ok"' in sent[1]["body"]
+    assert (b"X-Frame-Options", b"DENY") in sent[0]["headers"]  # the middleware ran
+    if sync_chain:
+        assert crossings == 3
+    else:
+        assert crossings > 10
