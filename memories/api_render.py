@@ -29,13 +29,17 @@ class JSONRenderer(renderers.JSONRenderer):
     ) -> bytes:
         if data is None:
             return b""
-        indent = self.get_indent(accepted_media_type, renderer_context or {})
+        indent = self.get_indent(accepted_media_type or "", renderer_context or {})
         if indent is not None or not self.compact or self.ensure_ascii:
-            return super().render(data, accepted_media_type, renderer_context)
+            return self._drf(data, accepted_media_type, renderer_context)
         try:
             encoded = orjson.dumps(data, default=_fallback, option=_OPTIONS)
         except orjson.JSONEncodeError:
-            return super().render(data, accepted_media_type, renderer_context)
+            return self._drf(data, accepted_media_type, renderer_context)
         if b"\xe2\x80\xa8" in encoded or b"\xe2\x80\xa9" in encoded:
             encoded = encoded.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
         return encoded
+
+    def _drf(self, data: Any, accepted_media_type: str | None, renderer_context: Mapping[str, Any] | None) -> bytes:
+        rendered: bytes = super().render(data, accepted_media_type, renderer_context)
+        return rendered
