@@ -186,11 +186,11 @@ def _fts_ranked(expression: str, workspace_id: int, limit: int) -> list[tuple[uu
                 [expression, wanted],
             )
             rows = cursor.fetchall()
-        own = [(_as_uuid(mid), float(score)) for mid, space, score in rows if space == workspace_id]
+        own = [(mid, score) for mid, space, score in rows if space == workspace_id]
         if len(rows) == wanted:
             _FTS_SHARE[workspace_id] = len(own) / wanted
         if len(own) >= limit or len(rows) < wanted:
-            return own[:limit]
+            return [(_as_uuid(mid), float(score)) for mid, score in own[:limit]]
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT f.memory_id, -bm25(memories_fts) FROM memories_fts f "
