@@ -553,21 +553,25 @@ class RetrievalBasedStrengthening:
         rank_sum = np.zeros(n, np.float64)
         in_short = np.zeros(n, np.float64)
         in_lookback = np.zeros(n, np.float64)
-        last_at: dict[int, float] = {}
-        for agg in selectors.retrieval_aggregates(
+        aggregates = selectors.retrieval_aggregates(
             workspace=workspace, now=now, lookback_days=lookback, short_days=SHORT_WINDOW_DAYS
-        ):
-            k = position.get(agg.memory_id)
-            if k is None:
-                continue
-            profile.total_count[k] = agg.total
-            search_count[k] = agg.search
-            rank_sum[k] = agg.rank_sum
-            profile.top1_count[k] = agg.top1
-            in_short[k] = agg.in_short
-            in_lookback[k] = agg.in_lookback
-            profile.last_retrieved_days_ago[k] = max(now_ts - agg.last_at, 0.0) / 86_400.0
-            last_at[k] = agg.last_at
+        )
+        # Positions of the retrieved memories among the active ones (-1: not active, left out).
+        at = np.fromiter(
+            (position.get(mid, -1) for mid in aggregates.memory_ids), dtype=np.intp, count=len(aggregates.memory_ids)
+        )
+        known = at >= 0
+        k_at = at[known]
+        profile.total_count[k_at] = aggregates.total[known]
+        search_count[k_at] = aggregates.search[known]
+        rank_sum[k_at] = aggregates.rank_sum[known]
+        profile.top1_count[k_at] = aggregates.top1[known]
+        in_short[k_at] = aggregates.in_short[known]
+        in_lookback[k_at] = aggregates.in_lookback[known]
+        profile.last_retrieved_days_ago[k_at] = np.maximum(now_ts - aggregates.last_at[known], 0.0) / 86_400.0
+        last_at_array = np.full(n, math.nan)
+        last_at_array[k_at] = aggregates.last_at[known]
+        last_at = last_at_array.tolist()
         np.divide(rank_sum, search_count, out=profile.avg_rank, where=search_count > 0)
         profile.velocity_7d[:] = in_short / SHORT_WINDOW_DAYS
         profile.velocity_30d[:] = in_lookback / lookback
