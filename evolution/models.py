@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import uuid
-from typing import ClassVar
+from typing import Any, ClassVar
 
+import orjson
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -61,6 +63,24 @@ class EvolutionRun(models.Model):
         return f"run {self.id} ({'dry' if self.dry_run else 'applied'})"
 
 
+class RecordJSONEncoder(json.JSONEncoder):
+    """The JSON of record columns, written by orjson: the same values as the stdlib encoder, compact.
+
+    A 100k-memory cycle writes ~135k memory entries into before/after, where the stdlib encoder took over
+    a second. Records are only ever read back as values, so the text form does not matter (memory columns,
+    which revert must restore byte for byte, keep Django's encoder). A value orjson refuses (an integer
+    beyond 64 bits, say) goes through the stdlib encoder, which raises for what JSON cannot hold.
+    """
+
+    _OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+    def encode(self, o: Any) -> str:
+        try:
+            return orjson.dumps(o, option=self._OPTIONS).decode()
+        except orjson.JSONEncodeError:
+            return super().encode(o)
+
+
 class EvolutionRecord(models.Model):
     """One audited action. `before`/`after` hold exactly the field values needed to undo it."""
 
@@ -68,12 +88,12 @@ class EvolutionRecord(models.Model):
     run = models.ForeignKey(EvolutionRun, null=True, blank=True, on_delete=models.CASCADE, related_name="records")
     evolver = models.CharField(max_length=64)
     action = models.CharField(max_length=12, choices=Action.choices)
-    input_ids = models.JSONField(default=list)
-    output_ids = models.JSONField(default=list)
+    input_ids = models.JSONField(default=list, encoder=RecordJSONEncoder)
+    output_ids = models.JSONField(default=list, encoder=RecordJSONEncoder)
     reason = models.TextField(blank=True, default="")
     # {memory_id: {field: value}} for updates; {"created": [...]} / {"edges": [...]} for creations.
-    before = models.JSONField(default=dict, blank=True)
-    after = models.JSONField(default=dict, blank=True)
+    before = models.JSONField(default=dict, blank=True, encoder=RecordJSONEncoder)
+    after = models.JSONField(default=dict, blank=True, encoder=RecordJSONEncoder)
     dry_run = models.BooleanField(default=False)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     reverted_at = models.DateTimeField(null=True, blank=True)
