@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 from scipy import sparse
 
 from evolution import audit, selectors
@@ -502,17 +503,15 @@ def _stored_profile(profile: RetrievalProfile, k: int, last_at: float) -> dict[s
     return stored
 
 
-def _profile_before(stored: Any, new: dict[str, Any]) -> Any:
-    """The stored profile as a value, decoded only when it differs from `new`.
-
-    `stored` is the column as read (JSON text on SQLite). Most retrieved memories keep their profile from
-    one run to the next, and encoding the new profile costs less than decoding the old one: equal text is
-    an equal value; other text (another key order or spacing included) is decoded and compared as values.
-    """
+def _profile_value(stored: Any) -> Any:
+    """The stored profile as a value: the column as read is JSON text on SQLite, decoded by orjson (the
+    stdlib takes what orjson refuses). Decoding with orjson costs ~1 us a profile, encoding the new profile
+    with the stdlib to compare texts cost ~6 us; a cycle reads one per retrieved memory (62k here)."""
     if isinstance(stored, str | bytes):
-        return (
-            new if json.dumps(new) == (stored if isinstance(stored, str) else stored.decode()) else json.loads(stored)
-        )
+        try:
+            return orjson.loads(stored)
+        except orjson.JSONDecodeError:
+            return json.loads(stored)
     return stored
 
 
@@ -604,7 +603,7 @@ class RetrievalBasedStrengthening:
             changes: dict[str, tuple[Any, Any]] = {"retention_score": (old_ret, new_ret[k])}
             if has_events[k]:
                 new_profile = _stored_profile(profile, k, last_at[k])
-                old_profile = _profile_before(rows[k][3], new_profile)
+                old_profile = _profile_value(rows[k][3])
                 changes["retrieval_profile"] = (old_profile, new_profile)
                 profiles += new_profile != old_profile
             if retrieved[k]:
