@@ -157,9 +157,14 @@ class MemoryUpdates:
     reasons: list[str] = field(default_factory=list)
 
     def add(self, memory_id: str | uuid.UUID, changes: dict[str, tuple[Any, Any]], reason: str) -> None:
-        real = {name: pair for name, pair in changes.items() if pair[0] != pair[1]}
+        """Keep `changes` (the caller's dict, not a copy, when every pair really changes)."""
+        real = changes
+        for old, new in changes.values():
+            if old == new:
+                real = {name: pair for name, pair in changes.items() if pair[0] != pair[1]}
+                break
         if real:
-            self.ids.append(str(memory_id))
+            self.ids.append(memory_id if isinstance(memory_id, str) else str(memory_id))
             self.changes.append(real)
             self.reasons.append(reason)
 
@@ -270,11 +275,13 @@ def _write_sqlite_rows(meta: Any, sets: str, converters: Sequence[Converter], ro
     table = qn(meta.db_table)
     # Django's auto keys are declared INTEGER PRIMARY KEY on SQLite: the key is the rowid.
     if isinstance(pk, models.AutoField | models.BigAutoField | models.SmallAutoField):
-        located = sorted(((int(row[-1]), row) for row in rows), key=lambda item: item[0])
+        located = sorted((int(row[-1]), k) for k, row in enumerate(rows))
     else:
         # As `_column` stores the key: UUIDs as 32 hex digits, other keys as they are.
-        stored = (lambda v: str(v).replace("-", "")) if isinstance(pk, models.UUIDField) else (lambda v: v)
-        keys = [stored(row[-1]) for row in rows]
+        if isinstance(pk, models.UUIDField):
+            keys = [(v if isinstance(v, str) else str(v)).replace("-", "") for v in (row[-1] for row in rows)]
+        else:
+            keys = [row[-1] for row in rows]
         rowids: dict[Any, int] = {}
         with connection.cursor() as cursor:
             unique = list(dict.fromkeys(keys))
@@ -283,11 +290,14 @@ def _write_sqlite_rows(meta: Any, sets: str, converters: Sequence[Converter], ro
                 marks = ", ".join(["%s"] * len(chunk))
                 cursor.execute(f"SELECT {qn(pk.column)}, rowid FROM {table} WHERE {qn(pk.column)} IN ({marks})", chunk)
                 rowids.update(cursor.fetchall())
-        located = sorted(
-            ((rowids[key], row) for key, row in zip(keys, rows, strict=True) if key in rowids), key=lambda item: item[0]
-        )
+        # (rowid, position) pairs sort as plain integer tuples, without a key function.
+        located = sorted((rowids[key], k) for k, key in enumerate(keys) if key in rowids)
     sql = f"UPDATE {table} SET {sets} WHERE rowid = %s"
-    _executemany(sql, [*converters[:-1], _identity], ((*row[:-1], rowid) for rowid, row in located))
+    if len(converters) == 2:
+        ordered: Iterable[tuple[Any, ...]] = ((rows[k][0], rowid) for rowid, k in located)
+    else:
+        ordered = ((*rows[k][:-1], rowid) for rowid, k in located)
+    _executemany(sql, [*converters[:-1], _identity], ordered)
     return len(rows)
 
 
@@ -336,10 +346,20 @@ def save_records(records: Sequence[EvolutionRecord]) -> list[EvolutionRecord]:
 def write_memory_updates(updates: Iterable[MemoryUpdates]) -> int:
     """Write every change of `updates` (grouped by the set of changed fields); returns memories written."""
     groups: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+    # The sorted field names of each key order seen (a batch has one or two).
+    sorted_names: dict[tuple[str, ...], tuple[str, ...]] = {}
     for batch in updates:
         for memory_id, changes in zip(batch.ids, batch.changes, strict=True):
-            names = tuple(sorted(changes))
-            groups.setdefault(names, []).append((*(changes[n][1] for n in names), memory_id))
+            key = tuple(changes)
+            names = sorted_names.get(key)
+            if names is None:
+                names = sorted_names[key] = tuple(sorted(key))
+                groups.setdefault(names, [])
+            rows = groups[names]
+            if len(names) == 1:
+                rows.append((changes[names[0]][1], memory_id))
+            else:
+                rows.append((*(changes[n][1] for n in names), memory_id))
     return sum(write_rows(Memory, names, rows) for names, rows in groups.items())
 
 
