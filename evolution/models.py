@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import orjson
 from django.conf import settings
 from django.db import models
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from memories.models import Workspace
@@ -112,9 +113,23 @@ class EvolutionRecord(models.Model):
         return f"{self.evolver}.{self.action} #{self.pk}"
 
 
+class RowidKey(models.BigAutoField):  # type: ignore[type-arg]
+    """An auto key that SQLite assigns without AUTOINCREMENT (elsewhere a plain BigAutoField).
+
+    AUTOINCREMENT makes SQLite read and rewrite the table's sqlite_sequence entry for every inserted row,
+    which cost about a third of inserting a record link. Without it a new key is the largest key + 1: a key
+    can come back only after the newest links were deleted, and nothing refers to a link by its key.
+    """
+
+    def db_type_suffix(self, connection: BaseDatabaseWrapper) -> str | None:
+        # Django's Field.db_type_suffix (which the stubs do not declare), minus SQLite's suffix.
+        return None if connection.vendor == "sqlite" else connection.data_types_suffix.get(self.get_internal_type())
+
+
 class RecordLink(models.Model):
     """Which memories a record touched, so a memory's history is one indexed lookup."""
 
+    id = RowidKey(primary_key=True)
     record = models.ForeignKey(EvolutionRecord, on_delete=models.CASCADE, related_name="links")
     memory_id = models.UUIDField()
 
