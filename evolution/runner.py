@@ -6,15 +6,18 @@ An exception rolls that transaction back, is written to the run summary as a fai
 next evolver runs. Progress goes to `run.progress` between evolvers and to the page over the workspace
 event group once each evolver's transaction has committed.
 
-On SQLite in WAL mode the cycle runs with a larger page cache and automatic checkpoints off, and
-checkpoints once at the end (`sqlite_bulk_writes`): every evolver rewrites tens of thousands of memory
-rows, and checkpointing at each evolver's commit copied the same pages back into the database file once
-per evolver.
+On SQLite in WAL mode the cycle runs with a larger page cache and automatic checkpoints off
+(`sqlite_bulk_writes`): every evolver rewrites tens of thousands of memory rows, and checkpointing at each
+evolver's commit on the cycle's own connection copied the same pages back into the database file once per
+evolver while nothing else ran. Instead each commit starts a checkpoint on a thread of its own, which
+copies and syncs while the next evolver computes, and the cycle checkpoints once more at the end.
 """
 
 from __future__ import annotations
 
 import logging
+import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -53,8 +56,43 @@ def _set_progress(run: EvolutionRun, progress: dict[str, Any], on_progress: Prog
         on_progress(progress)
 
 
+class Checkpoints:
+    """PASSIVE checkpoints of a SQLite file on a thread and connection of their own (path None: none).
+
+    `after_commit` starts one unless one is still running; it copies the committed pages into the database
+    file and syncs while the next evolver computes (sqlite3 releases the GIL while SQLite works, and a
+    passive checkpoint never blocks the writer), so the final checkpoint finds little left: on the bench
+    workspace (~700 MB of WAL per cycle) it went from ~2.7 s to ~0.6-1.0 s and the cycle from 22.8 s to
+    21.7 s on average (3 runs each). A failure is logged and left to the final checkpoint.
+    """
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.thread: threading.Thread | None = None
+
+    def after_commit(self) -> None:
+        if self.path is not None and (self.thread is None or not self.thread.is_alive()):
+            self.thread = threading.Thread(target=self._checkpoint, args=(self.path,), daemon=True)
+            self.thread.start()
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+
+    @staticmethod
+    def _checkpoint(path: str) -> None:
+        try:
+            db = sqlite3.connect(path)
+            try:
+                db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            finally:
+                db.close()
+        except sqlite3.Error:
+            log.exception("background checkpoint of %s failed", path)
+
+
 @contextmanager
-def sqlite_bulk_writes() -> Iterator[None]:
+def sqlite_bulk_writes() -> Iterator[Checkpoints]:
     """SQLite in WAL mode, outside a transaction: a page cache of CYCLE_CACHE_KIB and no automatic
     checkpoint inside the block, one passive checkpoint when it ends, then the previous settings again.
     Elsewhere (PostgreSQL, an in-memory test database, a caller's open transaction) it does nothing.
@@ -67,8 +105,10 @@ def sqlite_bulk_writes() -> Iterator[None]:
     mmap on, clean pages cost the cache only a header; its memory is bounded by one transaction's dirty
     pages and is given back when the block ends. PASSIVE never waits for readers: whatever a reader
     still holds is copied by a later automatic checkpoint. The WAL file grows to the block's writes.
+    The block yields `Checkpoints` for checkpoints between transactions (inactive where the block is).
     """
     active = False
+    checkpoints = Checkpoints(None)
     previous: tuple[int, int] = (0, 0)
     if connection.vendor == "sqlite" and not connection.in_atomic_block:
         with connection.cursor() as cursor:
@@ -83,9 +123,11 @@ def sqlite_bulk_writes() -> Iterator[None]:
                 cursor.execute("PRAGMA wal_autocheckpoint = 0")
                 cursor.execute(f"PRAGMA cache_size = {-max(CYCLE_CACHE_KIB, -cache if cache < 0 else 0)}")
                 active = True
+                checkpoints = Checkpoints(str(connection.settings_dict["NAME"]))
     try:
-        yield
+        yield checkpoints
     finally:
+        checkpoints.wait()
         if active:
             with connection.cursor() as cursor:
                 if not connection.in_atomic_block:
@@ -108,8 +150,8 @@ def cycle_run(
     "counts": {"records", "ok", "failed"}}. Status: completed when at least one evolver succeeded (or
     none was asked for), failed when every evolver failed.
     """
-    with sqlite_bulk_writes():
-        return _cycle(run=run, names=names, now=now, on_progress=on_progress)
+    with sqlite_bulk_writes() as checkpoints:
+        return _cycle(run=run, names=names, now=now, on_progress=on_progress, checkpoints=checkpoints)
 
 
 def _cycle(
@@ -118,6 +160,7 @@ def _cycle(
     names: Sequence[str],
     now: datetime,
     on_progress: ProgressCallback | None,
+    checkpoints: Checkpoints,
 ) -> EvolutionRun:
     workspace = run.workspace
     entries: list[dict[str, Any]] = []
@@ -164,6 +207,7 @@ def _cycle(
             else:
                 entries.append(entry)
             run.save(update_fields=["summary"])
+        checkpoints.after_commit()
         _publish(workspace.pk, {"run_id": str(run.id), "evolver": name, "outcome": entry["status"]})
         if on_progress is not None:
             on_progress({"evolver": name, "index": index, "done": index + 1, "total": total, "result": entry})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
@@ -204,13 +205,35 @@ def test_a_cycle_on_a_sqlite_file_defers_checkpoints_then_checkpoints_and_restor
     assert os.path.getsize(file_sqlite.settings_dict["NAME"]) > 2000 * 3000
 
 
+def test_a_checkpoint_after_a_commit_copies_the_pages_on_its_own_thread_while_the_cycle_goes_on(
+    file_sqlite: Any,
+) -> None:
+    import os
+
+    from evolution.runner import sqlite_bulk_writes
+
+    database = file_sqlite.settings_dict["NAME"]
+    with sqlite_bulk_writes() as checkpoints:
+        with file_sqlite.cursor() as cursor:
+            cursor.executemany("INSERT INTO t (v) VALUES (?)", [(b"x" * 3000,) for _ in range(2000)])
+        assert os.path.getsize(database) < 2000 * 3000
+        checkpoints.after_commit()
+        assert checkpoints.thread is not None and checkpoints.thread.name != threading.current_thread().name
+        checkpoints.wait()
+        # Copied before the block ended, the cycle's connection still in its bulk settings.
+        assert os.path.getsize(database) > 2000 * 3000
+        assert _pragma(file_sqlite, "wal_autocheckpoint") == 0
+
+
 def test_inside_a_transaction_the_cycle_leaves_the_sqlite_settings_alone(file_sqlite: Any) -> None:
     from evolution.runner import sqlite_bulk_writes
 
     file_sqlite.in_atomic_block = True  # a caller's open transaction: PRAGMAs there would not apply
     try:
-        with sqlite_bulk_writes():
+        with sqlite_bulk_writes() as checkpoints:
             assert _pragma(file_sqlite, "wal_autocheckpoint") == 1000
             assert _pragma(file_sqlite, "cache_size") == -2000
+            checkpoints.after_commit()
+            assert checkpoints.thread is None
     finally:
         file_sqlite.in_atomic_block = False
