@@ -350,11 +350,18 @@ def co_retrieved_between(*, workspace: Workspace, pairs: Sequence[tuple[str, str
     return [found[eid] for eid in sorted(found)]
 
 
-def co_retrieved_created(*, workspace: Workspace, at: datetime) -> list[tuple[int, str, str]]:
-    """CO_RETRIEVED edges created at `at` (the edges a Hebbian run just inserted): (id, source, target)."""
-    rows = Edge.objects.filter(workspace=workspace, edge_type=EdgeType.CO_RETRIEVED, created_at=at).values_list(
-        "id", IdText("source_id"), IdText("target_id")
-    )
+def edge_last_id() -> int:
+    """The largest edge id stored (0 for none): edges inserted afterwards have larger ids."""
+    return int(Edge.objects.aggregate(last=Max("id"))["last"] or 0)
+
+
+def co_retrieved_created(*, workspace: Workspace, at: datetime, after_id: int = 0) -> list[tuple[int, str, str]]:
+    """CO_RETRIEVED edges created at `at` with an id above `after_id` (the edges a Hebbian run just inserted,
+    after_id read before inserting them): (id, source, target). The id bound makes it a key range read
+    instead of a scan of every CO_RETRIEVED edge."""
+    rows = Edge.objects.filter(
+        id__gt=after_id, workspace=workspace, edge_type=EdgeType.CO_RETRIEVED, created_at=at
+    ).values_list("id", IdText("source_id"), IdText("target_id"))
     return list(rows)
 
 

@@ -21,6 +21,7 @@ import zlib
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import numpy as np
@@ -96,7 +97,9 @@ def _micros(value: datetime) -> int:
     return (value - _EPOCH) // _MICROSECOND
 
 
+@lru_cache(maxsize=1 << 16)
 def _from_micros(value: int) -> datetime:
+    # Cached: a cycle converts one or two times per counted pair, drawn from one time per result set.
     return _EPOCH + timedelta(microseconds=value)
 
 
@@ -769,6 +772,7 @@ class HebbianCoRetrieval:
                 # Only new edges change the graph snapshot (it holds no counts), and the touch goes first:
                 # see memories.services.graph_touch.
                 graph_touch(workspace=workspace)
+                last_id = selectors.edge_last_id()
                 insert_rows(
                     Edge,
                     [
@@ -786,7 +790,10 @@ class HebbianCoRetrieval:
                     ((workspace.pk, s, t, EdgeType.CO_RETRIEVED, 1.0, c, f, la, now, {}) for s, t, c, f, la in created),
                 )
                 graph_mirror(workspace=workspace, added=((s, t, EdgeType.CO_RETRIEVED, 1.0) for s, t, *_ in created))
-                by_pair = {(s, t): eid for eid, s, t in selectors.co_retrieved_created(workspace=workspace, at=now)}
+                by_pair = {
+                    (s, t): eid
+                    for eid, s, t in selectors.co_retrieved_created(workspace=workspace, at=now, after_id=last_id)
+                }
                 created_ids = [by_pair[(s, t)] for s, t, *_ in created]
         ends = {edges[int(edge_order[at[k]])][0]: edges[int(edge_order[at[k]])][1:3] for k in hits}
         result.records.extend(
@@ -847,6 +854,18 @@ class HebbianCoRetrieval:
         """
         items: list[tuple[str, Any]] = [("update", u) for u in updates] + [("create", k) for k in range(len(created))]
         records: list[EvolutionRecord] = []
+        # ISO text per distinct value: the times come from a few thousand result sets, the edges number
+        # tens of thousands.
+        texts: dict[Any, Any] = {}
+
+        def encode(name: str, value: Any) -> Any:
+            if not isinstance(value, datetime):
+                return audit.encode_value(name, value)
+            text = texts.get(value)
+            if text is None:
+                text = texts[value] = audit.encode_value(name, value)
+            return text
+
         for start in range(0, len(items), EDGE_RECORD_CHUNK):
             chunk = items[start : start + EDGE_RECORD_CHUNK]
             before_edges: dict[str, Any] = {}
@@ -857,15 +876,15 @@ class HebbianCoRetrieval:
             for kind, item in chunk:
                 if kind == "update":
                     eid, changes = item
-                    before_edges[str(eid)] = {f: audit.encode_value(f, old) for f, (old, _) in changes.items()}
-                    after_edges[str(eid)] = {f: audit.encode_value(f, new) for f, (_, new) in changes.items()}
+                    before_edges[str(eid)] = {f: encode(f, old) for f, (old, _) in changes.items()}
+                    after_edges[str(eid)] = {f: encode(f, new) for f, (_, new) in changes.items()}
                     source, target = ends[eid]
                 else:
                     source, target, count, first, last = created[item]
                     values = {
                         "co_retrieval_count": count,
-                        "first_co_retrieved_at": audit.encode_value("first_co_retrieved_at", first),
-                        "last_co_retrieved_at": audit.encode_value("last_co_retrieved_at", last),
+                        "first_co_retrieved_at": encode("first_co_retrieved_at", first),
+                        "last_co_retrieved_at": encode("last_co_retrieved_at", last),
                     }
                     if dry_run:
                         planned.append([str(source), str(target), values])
