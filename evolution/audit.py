@@ -67,6 +67,12 @@ def actor_name(actor: AbstractBaseUser | AnonymousUser | None) -> str:
     return actor.get_username() if actor is not None and actor.is_authenticated else ""
 
 
+def approval(kind: str, proposal_pk: object, actor: AbstractBaseUser | AnonymousUser | None) -> str:
+    """How an applied proposal's record reason starts: "merge proposal 12 approved by alice"."""
+    who = actor_name(actor)
+    return f"{kind} proposal {proposal_pk} approved" + (f" by {who}" if who else "")
+
+
 def record_build(
     *,
     workspace: Workspace,

@@ -35,7 +35,7 @@ from evolution.algorithms import engine as algo
 from evolution.algorithms.reflection import week_patterns
 from evolution.derived import created_after, derived_memory, insert_derived
 from evolution.models import Action, EvolutionRecord, Proposal, ProposalKind, ProposalStatus
-from evolution.proposals import ProposalDraft, proposals_create, register_proposal_applier
+from evolution.proposals import ProposalDraft, proposals_create, register_proposal_applier, reviewer_changed
 from memories.errors import Conflict, InvalidInput
 from memories.inputs import MAX_CONTENT_CHARS, origin_tier
 from memories.models import Edge, EdgeType, Memory, MemoryType, Status, Tier, Workspace
@@ -51,20 +51,6 @@ RULE_TYPES: Final = (MemoryType.STRATEGY, MemoryType.CORRECTION)
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def _proposed_keys(payload: Mapping[str, Any], editable: frozenset[str]) -> bool:
-    """Whether the reviewer changed the payload; InvalidInput when they changed a fixed key."""
-    proposed = payload.get("proposed")
-    if not isinstance(proposed, Mapping) or not proposed:
-        return False
-    fixed = sorted(k for k in proposed if k not in editable)
-    if fixed:
-        raise InvalidInput(
-            f"payload.{fixed[0]}: cannot be changed; editable: {', '.join(sorted(editable))}",
-            field=f"payload.{fixed[0]}",
-        )
-    return True
 
 
 def _summary(p: Proposal | ProposalDraft, pk: int | None) -> dict[str, Any]:
@@ -113,7 +99,7 @@ def reflection_drafts(*, workspace: Workspace, now: datetime) -> list[ProposalDr
 def reflection_apply(workspace: Workspace, proposal: Proposal, actor: User | None, now: datetime) -> EvolutionRecord:
     """Write the approved reflection (see module doc); one record holding the created memory."""
     payload = proposal.payload if isinstance(proposal.payload, dict) else {}
-    modified = _proposed_keys(payload, REFLECTION_EDITABLE)
+    modified = reviewer_changed(payload, REFLECTION_EDITABLE)
     fields = {k: payload.get(k) for k in sorted(REFLECTION_EDITABLE)}
     try:
         item = engine.reflection_input(fields)
@@ -131,14 +117,12 @@ def reflection_apply(workspace: Workspace, proposal: Proposal, actor: User | Non
     memory = engine.reflection_record(workspace=workspace, actor=actor, item=item, origin=origin, now=now).memory
     after: dict[str, Any] = {}
     created_after(after, [memory], [], dry_run=False)
-    who = audit.actor_name(actor)
     record = audit.record_save(
         audit.record_build(
             workspace=workspace,
             evolver=DREAM_EVOLVER,
             action=Action.CREATE,
-            reason=f"reflection proposal {proposal.pk} approved{' by ' + who if who else ''}: reflection "
-            f"{memory.id} added to the log",
+            reason=f"{audit.approval('reflection', proposal.pk, actor)}: reflection {memory.id} added to the log",
             output_ids=[memory.id],
             after=after,
             actor=actor,
@@ -269,7 +253,7 @@ def _raise_target(workspace: Workspace, payload: Mapping[str, Any], rule: str) -
 def promotion_apply(workspace: Workspace, proposal: Proposal, actor: User | None, now: datetime) -> EvolutionRecord:
     """Raise or create the HOT rule of an approved promotion (see module doc); one revertible record."""
     payload = proposal.payload if isinstance(proposal.payload, dict) else {}
-    modified = _proposed_keys(payload, PROMOTION_EDITABLE)
+    modified = reviewer_changed(payload, PROMOTION_EDITABLE)
     rule, task_type, reflection_ids = _promotion_fields(payload)
     key = proposal.dedupe_key.removeprefix("promotion:") or algo.strategy_key(rule)
     claim = algo.StrategyProposal(key=key, title=rule, rule_text=rule, task_type=task_type)
@@ -331,13 +315,12 @@ def promotion_apply(workspace: Workspace, proposal: Proposal, actor: User | None
         )
         created_after(after, [memory], edge_ids, dry_run=False)
         rule_id = memory.id
-    who = audit.actor_name(actor)
     record = audit.record_save(
         audit.record_build(
             workspace=workspace,
             evolver=DREAM_EVOLVER,
             action=Action.PROMOTE,
-            reason=f"promotion proposal {proposal.pk} approved{' by ' + who if who else ''}: rule {rule_id} "
+            reason=f"{audit.approval('promotion', proposal.pk, actor)}: rule {rule_id} "
             f"{'raised' if target is not None else 'created'} in HOT from {len(sources)} reflections",
             input_ids=sources,
             output_ids=[rule_id],

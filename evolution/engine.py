@@ -763,15 +763,7 @@ def strategy_apply(workspace: Workspace, proposal: Proposal, actor: User | None,
         raise InvalidInput(
             f"payload.rule: the covenant refuses this strategy: {' '.join(verdict.reasons)}", field="payload.rule"
         )
-    proposed = strategy_payload(proposal).get("proposed")
-    modified = isinstance(proposed, dict) and bool(proposed)
-    if isinstance(proposed, dict):
-        fixed = sorted(k for k in proposed if k not in STRATEGY_EDITABLE)
-        if fixed:
-            raise InvalidInput(
-                f"payload.{fixed[0]}: cannot be changed; editable: {', '.join(sorted(STRATEGY_EDITABLE))}",
-                field=f"payload.{fixed[0]}",
-            )
+    modified = proposals.reviewer_changed(strategy_payload(proposal), STRATEGY_EDITABLE)
     origin = default_origin(actor, "user") if modified else ENGINE_ORIGIN
     (rule,) = memories_create(
         workspace=workspace,
@@ -802,13 +794,12 @@ def strategy_apply(workspace: Workspace, proposal: Proposal, actor: User | None,
     }
     after[audit.CREATED_MEMORIES] = [str(rule.id)]
     after["contents"] = {str(rule.id): rule.content}
-    who = audit.actor_name(actor)
     record = audit.record_save(
         audit.record_build(
             workspace=workspace,
             evolver=ENGINE_EVOLVER,
             action=Action.PROMOTE,
-            reason=f"strategy proposal {proposal.pk} approved{' by ' + who if who else ''}: HOT rule "
+            reason=f"{audit.approval('strategy', proposal.pk, actor)}: HOT rule "
             f"{rule.id} created" + (f", superseding {len(superseded)} older engine rule(s)" if superseded else ""),
             input_ids=[m.id for m in superseded],
             output_ids=[rule.id],

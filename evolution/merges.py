@@ -28,7 +28,7 @@ from evolution import audit
 from evolution.algorithms.merge import merged_tags
 from evolution.derived import insert_derived
 from evolution.models import Action, EvolutionRecord, Proposal, ProposalKind, ProposalStatus
-from evolution.proposals import register_proposal_applier
+from evolution.proposals import register_proposal_applier, reviewer_changed
 from evolution.selectors import EpochSeconds, IdText
 from memories.errors import Conflict, InvalidInput
 from memories.inputs import MAX_TAGS
@@ -131,14 +131,7 @@ def _ids(value: Any, name: str) -> list[str]:
 
 def merge_choice(payload: Mapping[str, Any]) -> tuple[str, list[str]]:
     """(keep, merge) of a merge payload, checked against its fixed group; InvalidInput naming the field."""
-    proposed = payload.get("proposed")
-    if isinstance(proposed, Mapping):
-        fixed = sorted(k for k in proposed if k not in MERGE_EDITABLE)
-        if fixed:
-            raise InvalidInput(
-                f"payload.{fixed[0]}: cannot be changed; editable: {', '.join(sorted(MERGE_EDITABLE))}",
-                field=f"payload.{fixed[0]}",
-            )
+    reviewer_changed(payload, MERGE_EDITABLE)
     group = _ids(payload.get("group"), "group")
     raw_keep = payload.get("keep")
     keep = _ids([raw_keep], "keep")[0] if isinstance(raw_keep, str) else ""
@@ -200,13 +193,12 @@ def merge_apply(workspace: Workspace, proposal: Proposal, actor: User | None, no
     record_after: dict[str, Any] = dict(after)
     if edge_ids:
         record_after[audit.CREATED_EDGES] = edge_ids
-    who = audit.actor_name(actor)
     record = audit.record_save(
         audit.record_build(
             workspace=workspace,
             evolver=MERGE_EVOLVER,
             action=Action.SUPERSEDE,
-            reason=f"merge proposal {proposal.pk} approved{' by ' + who if who else ''}: {len(merge)} "
+            reason=f"{audit.approval('merge', proposal.pk, actor)}: {len(merge)} "
             f"near-duplicate memor{'y' if len(merge) == 1 else 'ies'} superseded by {keep}",
             input_ids=merge,
             output_ids=[keep],

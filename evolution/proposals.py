@@ -207,6 +207,21 @@ def _reason(reason: str) -> str:
     return reason.strip()
 
 
+def reviewer_changed(payload: Mapping[str, Any], editable: frozenset[str]) -> bool:
+    """Whether a reviewer changed the payload (its "proposed" object); InvalidInput naming the first key they
+    changed outside ``editable``."""
+    proposed = payload.get("proposed")
+    if not isinstance(proposed, Mapping) or not proposed:
+        return False
+    fixed = sorted(k for k in proposed if k not in editable)
+    if fixed:
+        raise InvalidInput(
+            f"payload.{fixed[0]}: cannot be changed; editable: {', '.join(sorted(editable))}",
+            field=f"payload.{fixed[0]}",
+        )
+    return True
+
+
 def _modified_payload(proposal: Proposal, changes: Mapping[str, Any]) -> dict[str, Any]:
     """The payload with a reviewer's changes applied; for summaries only SUMMARY_EDITABLE may change."""
     if not isinstance(changes, Mapping):
@@ -351,7 +366,7 @@ def proposal_apply_summary(
     before = {str(mid): {"summarized_by": None} for mid in ids}
     after: dict[str, Any] = {str(mid): {"summarized_by": str(summary.id)} for mid in ids}
     created_after(after, [summary], edge_ids, dry_run=False)
-    who = getattr(actor, "username", "") if actor is not None and actor.is_authenticated else ""
+    who = audit.actor_name(actor)
     record = audit.record_save(
         audit.record_build(
             workspace=workspace,
