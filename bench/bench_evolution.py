@@ -22,6 +22,7 @@ Then, in one process and on the same data:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -36,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from _setup import BENCH_DIR, django_setup
+from _setup import BENCH_DIR, ROOT, django_setup
 
 TARGET_SECONDS = 15.0
 TARGET_RATIO = 20.0
@@ -63,7 +64,7 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
     from memories.algorithms.sortkey import activation_sort_key
     from memories.bulk import bulk_insert, new_instance
     from memories.embeddings import default_embedder
-    from memories.models import Edge, EdgeType, Memory, RetrievalEvent, Workspace
+    from memories.models import Edge, EdgeType, Memory, MemoryEmbedding, RetrievalEvent, Workspace
 
     rng = random.Random(seed)
     vocab = sorted({"".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4))) for _ in range(8000)})[:4000]
@@ -144,7 +145,6 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
                     "last_accessed": accessed,
                     "activation_last_boost_at": accessed or created,
                     "activation_sort_key": activation_sort_key(0.5, accessed or created, 720.0),
-                    "embedding": blobs[k],
                     "metadata": metadata,
                 },
             )
@@ -176,6 +176,12 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
     events.sort(key=lambda e: e[5])
     n_old_events = sum(1 for e in events if e[5] < now - timedelta(days=1))
 
+    def insert_vectors(start: int, stop: int) -> None:
+        bulk_insert(
+            MemoryEmbedding,
+            [new_instance(MemoryEmbedding, {"memory_id": ids[k], "vector": blobs[k]}) for k in range(start, stop)],
+        )
+
     def insert_events(rows: list[tuple[Any, ...]]) -> None:
         RetrievalEvent.objects.bulk_create(
             [
@@ -197,6 +203,7 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
     started = time.perf_counter()
     with transaction.atomic():
         bulk_insert(Memory, memories[:n_old])
+        insert_vectors(0, n_old)
         insert_events(events[:n_old_events])
         first = now - timedelta(days=90)
         bulk_insert(
@@ -233,6 +240,7 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
     started = time.perf_counter()
     with transaction.atomic():
         bulk_insert(Memory, memories[n_old:])
+        insert_vectors(n_old, n)
         insert_events(events[n_old_events:])
     insert_seconds += time.perf_counter() - started
     watermark = selectors.evolver_cursor(workspace=workspace, name="HebbianCoRetrieval").state["event_watermark"]
@@ -335,7 +343,7 @@ def naive_interference(workspace: Any, candidates: list[uuid.UUID], now: datetim
     rows = list(
         Memory.objects.filter(workspace=workspace, status="active")
         .exclude(embedding=None)
-        .values_list("id", "embedding")
+        .values_list("id", "embedding__vector")
     )
     all_ids = [r[0] for r in rows]
     matrix = stack_embeddings([bytes(r[1] or b"") for r in rows], 256)
@@ -343,7 +351,7 @@ def naive_interference(workspace: Any, candidates: list[uuid.UUID], now: datetim
     seen: set[tuple[uuid.UUID, uuid.UUID]] = set()
     for mid in candidates:
         m = Memory.objects.get(id=mid)
-        vector = from_bytes(bytes(m.embedding or b""), 256)
+        vector = from_bytes(bytes(m.embedding.vector), 256)
         sims = matrix @ vector
         sims[position[mid]] = -np.inf
         for k in np.argsort(-sims)[:5]:
@@ -361,7 +369,7 @@ def naive_interference(workspace: Any, candidates: list[uuid.UUID], now: datetim
                 row.save(update_fields=["retention_score"])
                 naive_record(workspace, "naive-interference", "decay", end, before, row.retention_score, now)
         m = Memory.objects.get(id=mid)
-        m.metadata = {**m.metadata, "interference_checked": f"{zlib.crc32(bytes(m.embedding or b'')):08x}"}
+        m.metadata = {**m.metadata, "interference_checked": f"{zlib.crc32(bytes(m.embedding.vector)):08x}"}
         m.save(update_fields=["metadata"])
     return len(candidates)
 
@@ -536,7 +544,14 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    pristine = BENCH_DIR / f"evolution-{args.memories}-{args.seed}.sqlite3"
+    # The saved copy is keyed by the migrations too: a copy migrated on the fly would have another layout
+    # (a rewritten table leaves free pages behind) than a fresh build, and time differently.
+    schema = hashlib.sha1(" ".join(sorted(p.name for p in ROOT.glob("*/migrations/0*.py"))).encode()).hexdigest()[:8]
+    pristine = BENCH_DIR / f"evolution-{args.memories}-{args.seed}-{schema}.sqlite3"
+    prefix = f"evolution-{args.memories}-{args.seed}"
+    for stale in [*BENCH_DIR.glob(f"{prefix}.*"), *BENCH_DIR.glob(f"{prefix}-*")]:
+        if stale.stem != pristine.stem:
+            stale.unlink()
     info_path = pristine.with_suffix(".json")
     reuse = args.reuse and pristine.exists() and info_path.exists()
     if reuse:

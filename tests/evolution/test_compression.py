@@ -66,7 +66,8 @@ def test_reference_tiers_by_stored_activation(kit: Any, enabled: Workspace) -> N
 
 
 def test_each_rung_has_the_seed_content_and_keeps_a_snapshot(kit: Any, enabled: Workspace) -> None:
-    summary = agent_memory(kit, 0.39)
+    vector = kit.unit(0.6, 0.8)
+    summary = agent_memory(kit, 0.39, embedding=vector)
     skeleton = agent_memory(kit, 0.1)
     tombstone = agent_memory(kit, 0.01, age_days=45)
     kit.run("CompressionLadder")
@@ -81,7 +82,7 @@ def test_each_rung_has_the_seed_content_and_keeps_a_snapshot(kit: Any, enabled: 
         assert snap["tier"] == CompressionTier.FULL
         assert snap["content"] == TEXT
     # The vector still describes the full text.
-    assert fresh(summary).embedding == summary.embedding
+    assert bytes(fresh(summary).embedding.vector) == vector
 
 
 def test_user_authored_pinned_and_retired_memories_are_never_compressed(kit: Any, enabled: Workspace) -> None:
