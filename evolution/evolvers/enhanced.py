@@ -387,6 +387,10 @@ class ExponentialDecay:
         return result
 
 
+def _pair_text(edge: tuple[Any, ...]) -> tuple[str, str]:
+    return str(edge[0]), str(edge[1])
+
+
 # -- InterferenceBasedConsolidation ---------------------------------------------------------------
 
 
@@ -785,7 +789,12 @@ class HebbianCoRetrieval:
                         "created_at",
                         "metadata",
                     ],
-                    ((workspace.pk, s, t, EdgeType.CO_RETRIEVED, 1.0, c, f, la, now, {}) for s, t, c, f, la in created),
+                    # In (source, target) order, the order of the unique index, so consecutive rows land on
+                    # the same index pages instead of random ones.
+                    (
+                        (workspace.pk, s, t, EdgeType.CO_RETRIEVED, 1.0, c, f, la, now, {})
+                        for s, t, c, f, la in sorted(created, key=_pair_text)
+                    ),
                 )
                 graph_mirror(workspace=workspace, added=((s, t, EdgeType.CO_RETRIEVED, 1.0) for s, t, *_ in created))
                 by_pair = {
