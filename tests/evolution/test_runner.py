@@ -237,3 +237,24 @@ def test_inside_a_transaction_the_cycle_leaves_the_sqlite_settings_alone(file_sq
             assert checkpoints.thread is None
     finally:
         file_sqlite.in_atomic_block = False
+
+
+def test_a_cycle_collects_garbage_less_often_and_restores_the_thresholds_even_when_an_evolver_fails(
+    kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+
+    from evolution.runner import CYCLE_GC_THRESHOLD
+
+    seen: list[tuple[int, int, int]] = []
+
+    class Looks(Boom):
+        def evolve(self, workspace: Any, *, dry_run: bool, run: Any, now: Any) -> EvolutionResult:
+            seen.append(gc.get_threshold())
+            raise RuntimeError("boom")
+
+    monkeypatch.setitem(EVOLVERS, "Boom", Looks)
+    before = gc.get_threshold()
+    kit.run("Boom")
+    assert seen == [(max(before[0], CYCLE_GC_THRESHOLD), *before[1:])]
+    assert gc.get_threshold() == before
