@@ -387,10 +387,6 @@ class ExponentialDecay:
         return result
 
 
-def _pair_text(edge: tuple[Any, ...]) -> tuple[str, str]:
-    return str(edge[0]), str(edge[1])
-
-
 # -- InterferenceBasedConsolidation ---------------------------------------------------------------
 
 
@@ -653,6 +649,11 @@ def pair_times(
     key, t = key[order], t[order]
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
     return key[starts], t[starts], np.maximum.reduceat(t, starts)
+
+
+def _pair_text(edge: tuple[Any, ...]) -> tuple[str, str]:
+    """Sort key of a (source, target, ...) edge row: the ids as text, as the unique index orders them."""
+    return str(edge[0]), str(edge[1])
 
 
 @register
