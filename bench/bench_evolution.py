@@ -64,7 +64,7 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
     from memories.algorithms.sortkey import activation_sort_key
     from memories.bulk import bulk_insert, new_instance
     from memories.embeddings import default_embedder
-    from memories.models import Edge, EdgeType, Memory, MemoryEmbedding, RetrievalEvent, Workspace
+    from memories.models import Edge, EdgeType, Memory, RetrievalEvent, Workspace
 
     rng = random.Random(seed)
     vocab = sorted({"".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4))) for _ in range(8000)})[:4000]
@@ -145,6 +145,7 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
                     "last_accessed": accessed,
                     "activation_last_boost_at": accessed or created,
                     "activation_sort_key": activation_sort_key(0.5, accessed or created, 720.0),
+                    "embedding": blobs[k],
                     "metadata": metadata,
                 },
             )
@@ -176,12 +177,6 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
     events.sort(key=lambda e: e[5])
     n_old_events = sum(1 for e in events if e[5] < now - timedelta(days=1))
 
-    def insert_vectors(start: int, stop: int) -> None:
-        bulk_insert(
-            MemoryEmbedding,
-            [new_instance(MemoryEmbedding, {"memory_id": ids[k], "vector": blobs[k]}) for k in range(start, stop)],
-        )
-
     def insert_events(rows: list[tuple[Any, ...]]) -> None:
         RetrievalEvent.objects.bulk_create(
             [
@@ -203,7 +198,6 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
     started = time.perf_counter()
     with transaction.atomic():
         bulk_insert(Memory, memories[:n_old])
-        insert_vectors(0, n_old)
         insert_events(events[:n_old_events])
         first = now - timedelta(days=90)
         bulk_insert(
@@ -240,7 +234,6 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
     started = time.perf_counter()
     with transaction.atomic():
         bulk_insert(Memory, memories[n_old:])
-        insert_vectors(n_old, n)
         insert_events(events[n_old_events:])
     insert_seconds += time.perf_counter() - started
     watermark = selectors.evolver_cursor(workspace=workspace, name="HebbianCoRetrieval").state["event_watermark"]
@@ -343,7 +336,7 @@ def naive_interference(workspace: Any, candidates: list[uuid.UUID], now: datetim
     rows = list(
         Memory.objects.filter(workspace=workspace, status="active")
         .exclude(embedding=None)
-        .values_list("id", "embedding__vector")
+        .values_list("id", "embedding")
     )
     all_ids = [r[0] for r in rows]
     matrix = stack_embeddings([bytes(r[1] or b"") for r in rows], 256)
@@ -351,7 +344,7 @@ def naive_interference(workspace: Any, candidates: list[uuid.UUID], now: datetim
     seen: set[tuple[uuid.UUID, uuid.UUID]] = set()
     for mid in candidates:
         m = Memory.objects.get(id=mid)
-        vector = from_bytes(bytes(m.embedding.vector), 256)
+        vector = from_bytes(bytes(m.embedding or b""), 256)
         sims = matrix @ vector
         sims[position[mid]] = -np.inf
         for k in np.argsort(-sims)[:5]:
@@ -369,7 +362,7 @@ def naive_interference(workspace: Any, candidates: list[uuid.UUID], now: datetim
                 row.save(update_fields=["retention_score"])
                 naive_record(workspace, "naive-interference", "decay", end, before, row.retention_score, now)
         m = Memory.objects.get(id=mid)
-        m.metadata = {**m.metadata, "interference_checked": f"{zlib.crc32(bytes(m.embedding.vector)):08x}"}
+        m.metadata = {**m.metadata, "interference_checked": f"{zlib.crc32(bytes(m.embedding or b'')):08x}"}
         m.save(update_fields=["metadata"])
     return len(candidates)
 

@@ -121,7 +121,7 @@ def generate(*, n_memories: int, n_edges: int, seed: int = 7, slug: str = "bench
     from memories.algorithms.embedding import rows_to_bytes
     from memories.algorithms.sortkey import activation_sort_key
     from memories.embeddings import default_embedder
-    from memories.models import Edge, Memory, MemoryEmbedding, MemoryType, Workspace
+    from memories.models import Edge, Memory, MemoryType, Workspace
 
     started = time.perf_counter()
     rng = random.Random(seed)
@@ -175,14 +175,12 @@ def generate(*, n_memories: int, n_edges: int, seed: int = 7, slug: str = "bench
                 activation_sort_key=activation_sort_key(score, created, 720.0),
                 created_at=created,
                 updated_at=created,
+                embedding=blobs[i],
             )
         )
     memories_seconds = time.perf_counter() - started
     with transaction.atomic():
         Memory.objects.bulk_create(rows, batch_size=2_000)
-        MemoryEmbedding.objects.bulk_create(
-            [MemoryEmbedding(memory_id=ids[i], vector=blobs[i]) for i in range(len(rows))], batch_size=2_000
-        )
     memories_seconds = time.perf_counter() - started
 
     # Edges as index pairs, deduplicated on (source, target, type) before the insert.

@@ -19,7 +19,6 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from evolution.models import EvolutionRecord, EvolutionRun, RecordLink
-from memories.embeddings import embeddings_of, embeddings_put
 from memories.errors import Conflict
 from memories.models import Edge, Memory, Workspace
 
@@ -27,9 +26,7 @@ _DATETIME_FIELDS = {f.name for f in Memory._meta.concrete_fields if isinstance(f
     f.name for f in Edge._meta.concrete_fields if isinstance(f, models.DateTimeField)
 }
 _UUID_FIELDS = {"summarized_by", "superseded_by"}
-EMBEDDING = "embedding"
-"""A memory's vector as records name it. It is stored in MemoryEmbedding, not in the memory row."""
-_BYTES_FIELDS = {EMBEDDING}
+_BYTES_FIELDS = {"embedding"}
 
 
 def encode_value(field: str, value: Any) -> Any:
@@ -182,14 +179,12 @@ def record_revert_plan(record: EvolutionRecord) -> None:
     memory_fields = {k: v for k, v in record.after.items() if _is_uuid(k)}
     if memory_fields:
         current = Memory.objects.filter(workspace=record.workspace, id__in=list(memory_fields)).in_bulk()
-        vectors = embeddings_of(mid for mid, fields in memory_fields.items() if EMBEDDING in fields)
         for mid, fields in memory_fields.items():
             memory = current.get(uuid.UUID(mid))
             if memory is None:
                 raise Conflict(f"memory {mid} no longer exists", code="revert_conflict")
             for name, value in fields.items():
-                now_value = vectors.get(memory.id) if name == EMBEDDING else getattr(memory, name)
-                if encode_value(name, now_value) != value:
+                if encode_value(name, getattr(memory, name)) != value:
                     raise Conflict(
                         f"memory {mid} field {name} changed after record {record.pk}; revert the later change first",
                         code="revert_conflict",
@@ -240,21 +235,14 @@ def record_apply_revert(record: EvolutionRecord) -> dict[str, Any]:
     if memory_fields:
         memories = Memory.objects.filter(workspace=record.workspace, id__in=list(memory_fields)).in_bulk()
         by_fields: dict[tuple[str, ...], list[Memory]] = {}
-        vectors: dict[uuid.UUID, bytes | None] = {}
         for mid, fields in memory_fields.items():
             memory = memories[uuid.UUID(mid)]
             for name, value in fields.items():
-                if name == EMBEDDING:
-                    vectors[memory.id] = decode_value(name, value)
-                else:
-                    setattr(memory, name, decode_value(name, value))
-            names = tuple(sorted(set(fields) - {EMBEDDING}))
-            if names:
-                by_fields.setdefault(names, []).append(memory)
+                setattr(memory, name, decode_value(name, value))
+            by_fields.setdefault(tuple(sorted(fields)), []).append(memory)
             restored[mid] = record.after.get(mid, {})
         for names, group in by_fields.items():
             Memory.objects.bulk_update(group, list(names), batch_size=500)
-        embeddings_put(vectors)
     edge_before = record.before.get(EDGE_CHANGES, {})
     # Restoring a field the graph snapshot holds is a rewrite: appending newer edges cannot express it.
     rewritten = any(set(fields) & SNAPSHOT_EDGE_FIELDS for fields in edge_before.values())

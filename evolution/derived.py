@@ -13,8 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from evolution import audit
+from memories.algorithms.embedding import to_bytes
 from memories.algorithms.sortkey import activation_sort_key
-from memories.embeddings import embed_new
+from memories.embeddings import default_embedder
 from memories.inputs import MAX_TAGS, origin_tier
 from memories.models import Edge, Memory, Workspace
 from memories.services import graph_mirror, graph_touch
@@ -71,8 +72,10 @@ def insert_derived(
     Embeddings are computed in one batch; the graph generation is bumped once when edges were added.
     """
     if memories:
+        vectors = default_embedder().embed([m.content for m in memories])
+        for memory, vector in zip(memories, vectors, strict=True):
+            memory.embedding = to_bytes(vector)
         Memory.objects.bulk_create(list(memories), batch_size=500)
-        embed_new(memories)
     if not edges:
         return []
     graph_touch(workspace=workspace)  # before the insert: see memories.services.graph_touch

@@ -59,7 +59,7 @@ def merge_candidate_rows(*, workspace: Workspace, memory_types: Sequence[str] | 
             IdText("id"),
             "memory_type",
             "content",
-            "embedding__vector",
+            "embedding",
             "origin_tier",
             "origin",
             "confidence",

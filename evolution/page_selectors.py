@@ -1,7 +1,7 @@
 """Reads for the evolution pages: the proposal queue, runs and their diffs, drift timelines, curation history.
 
 Each function is one or two queries whatever the page size (the views pin their query counts in tests);
-no page shows an embedding, and embeddings live in their own table.
+memory rows are loaded without their embeddings, which no page shows.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ def as_uuids(values: Iterable[Any]) -> list[uuid.UUID]:
 
 
 def memories_shown(*, workspace: Workspace, ids: Iterable[Any]) -> dict[uuid.UUID, Memory]:
-    """Memory rows of the ids that exist in the workspace, keyed by id."""
+    """Memory rows (no embedding) of the ids that exist in the workspace, keyed by id."""
     wanted = as_uuids(ids)
     found: dict[uuid.UUID, Memory] = {}
     for start in range(0, len(wanted), _IN_CHUNK):
-        rows = Memory.objects.filter(workspace=workspace, id__in=wanted[start : start + _IN_CHUNK])
+        rows = Memory.objects.filter(workspace=workspace, id__in=wanted[start : start + _IN_CHUNK]).defer("embedding")
         found.update((m.id, m) for m in rows)
     return found
 
@@ -164,7 +164,7 @@ def curation_records(*, workspace: Workspace, actions: Sequence[str], limit: int
 def drifting_memories(*, workspace: Workspace, limit: int = 100) -> list[Memory]:
     """Active memories with a drift flag, most recently changed first."""
     rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE).exclude(drift_flags=[])
-    return list(rows.order_by("-updated_at")[:limit])
+    return list(rows.defer("embedding").order_by("-updated_at")[:limit])
 
 
 def replace_records(*, workspace: Workspace, ids: Sequence[uuid.UUID], per_memory: int = 20) -> list[EvolutionRecord]:

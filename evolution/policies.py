@@ -62,9 +62,8 @@ from evolution.algorithms.typed import (
 )
 from evolution.evolvers.base import write_rows
 from evolution.models import Action, EvolutionRecord
-from memories.embeddings import embeddings_put
 from memories.errors import InvalidInput
-from memories.models import Memory, MemoryEmbedding, MemoryType, Status, Workspace
+from memories.models import Memory, MemoryType, Status, Workspace
 
 EVOLVER = "WritePolicy"
 SETTING = "conflict_policies"
@@ -88,7 +87,7 @@ _HOLDER_FIELDS = (
     "conflicts_with",
     "superseded_by",
     "metadata",
-    "embedding__vector",
+    "embedding",
     "pinned",
 )
 
@@ -204,19 +203,6 @@ class _Batch:
         self.by_subject: dict[str, list[Row]] = {}
         self.changed: dict[uuid.UUID, tuple[Row, set[str]]] = {}
         self.records: list[EvolutionRecord] = []
-        self.vectors: dict[uuid.UUID, bytes | None] = {}  # set in this batch
-
-    def vector(self, memory: Row) -> bytes | None:
-        """The memory's current vector: set in this batch, loaded with a holder, or (an incoming memory)
-        the one its insert cached on it (see memories.embeddings.embed_new)."""
-        if memory.id in self.vectors:
-            return self.vectors[memory.id]
-        if isinstance(memory, _Holder):
-            return memory.embedding
-        try:
-            return bytes(memory.embedding.vector)
-        except MemoryEmbedding.DoesNotExist:
-            return None
 
     def add_holder(self, memory: Row) -> None:
         self.by_subject.setdefault(_subject_key(memory.subject), []).append(memory)
@@ -237,14 +223,11 @@ class _Batch:
         before: dict[str, Any] = {}
         after: dict[str, Any] = {}
         for name, value in values.items():
-            old = self.vector(memory) if name == audit.EMBEDDING else getattr(memory, name)
+            old = getattr(memory, name)
             if old != value:
                 before[name] = audit.encode_value(name, old)
                 after[name] = audit.encode_value(name, value)
-                if name == audit.EMBEDDING:
-                    self.vectors[memory.id] = value
-                else:
-                    setattr(memory, name, value)
+                setattr(memory, name, value)
         if after:
             _, fields = self.changed.setdefault(memory.id, (memory, set()))
             fields.update(after)
@@ -299,7 +282,7 @@ def _apply(batch: _Batch, holder: Row, incoming: Memory, decision: ConflictDecis
                 "confidence": decision.confidence,
                 "origin": incoming.origin,
                 "origin_tier": incoming.origin_tier,
-                audit.EMBEDDING: batch.vector(incoming),
+                "embedding": incoming.embedding,
                 "replace_log": list(decision.replace_log),
                 "replace_count": decision.replace_count,
                 "version": decision.version,
@@ -420,12 +403,10 @@ def apply_write_policies(workspace: Workspace, memories: Sequence[Memory], now: 
 def _write(batch: _Batch) -> None:
     groups: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
     for memory, fields in batch.changed.values():
-        names = tuple(sorted(fields - {audit.EMBEDDING}))
-        if names:
-            groups.setdefault(names, []).append((*(getattr(memory, n) for n in names), memory.id))
+        names = tuple(sorted(fields))
+        groups.setdefault(names, []).append((*(getattr(memory, n) for n in names), memory.id))
     for names, rows in groups.items():
         write_rows(Memory, names, rows)
-    embeddings_put({mid: batch.vectors[mid] for mid, (_, fields) in batch.changed.items() if audit.EMBEDDING in fields})
 
 
 def write_policy_hook(workspace: Workspace, memories: list[Memory], now: datetime) -> None:

@@ -100,8 +100,7 @@ def sqlite_bulk_writes() -> Iterator[Checkpoints]:
     checkpoint inside the block, one passive checkpoint when it ends, then the previous settings again.
     Elsewhere (PostgreSQL, an in-memory test database, a caller's open transaction) it does nothing.
 
-    Every evolver rewrites tens of thousands of memory rows (most pages of the table; vectors are kept in
-    their own table so these rows stay small):
+    Every evolver rewrites tens of thousands of memory rows (~1.4 KB each, so most pages of the table):
     a checkpoint at each evolver's commit copied the same pages back into the database file once per
     evolver, and a 64 MB cache spilled dirty pages mid-transaction and re-read them. Without automatic
     checkpoints the WAL grows, and a page that is not in the cache has to be found in it, hence the larger

@@ -181,7 +181,7 @@ def embedding_rows(*, workspace: Workspace) -> list[tuple[str, float, bytes, str
         Memory.objects.filter(workspace=workspace, status=Status.ACTIVE, embedding__isnull=False)
         .order_by("created_at", "id")
         # KT: the marker as text, without decoding a JSON value per row.
-        .values_list(IdText("id"), "retention_score", "embedding__vector", KT(f"metadata__{INTERFERENCE_MARKER}"))
+        .values_list(IdText("id"), "retention_score", "embedding", KT(f"metadata__{INTERFERENCE_MARKER}"))
     )
     return [(mid, ret, bytes(blob), marker) for mid, ret, blob, marker in _raw_rows(rows)]
 

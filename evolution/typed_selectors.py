@@ -154,7 +154,7 @@ def active_goals(*, workspace: Workspace) -> list[tuple[str, str, bytes | memory
     rows = (
         Memory.objects.filter(workspace=workspace, memory_type=MemoryType.GOAL, status=Status.ACTIVE)
         .order_by("created_at", "id")
-        .values_list(IdText("id"), "content", "embedding__vector", "metadata")
+        .values_list(IdText("id"), "content", "embedding", "metadata")
     )
     return list(rows)
 
@@ -166,7 +166,7 @@ def evidence_rows(
     rows = (
         Memory.objects.filter(workspace=workspace, memory_type__in=list(memory_types), status=Status.ACTIVE)
         .order_by("created_at", "id")
-        .values_list(IdText("id"), "content", "embedding__vector")
+        .values_list(IdText("id"), "content", "embedding")
     )
     return list(rows)
 

@@ -68,6 +68,7 @@ class MemoryAdmin(admin.ModelAdmin[Memory]):
         "created_at",
         "updated_at",
     )
+    exclude = ("embedding",)
 
     @admin.display(description="content")
     def short_content(self, obj: Memory) -> str:

@@ -175,7 +175,8 @@ class Memory(models.Model):
     summarized_by = models.UUIDField(null=True, blank=True)
     superseded_by = models.UUIDField(null=True, blank=True)
 
-    # The vector lives in MemoryEmbedding (reverse accessor ``embedding``), not in this row.
+    # float32 little-endian vector from the configured Embedder; see memories.embeddings.
+    embedding = models.BinaryField(null=True, blank=True)
     # True when the inserting code wrote the full-text row itself (the bulk path); the SQLite insert
     # trigger indexes every other row. FTS5 inserts run ~3x faster outside a trigger.
     search_indexed = models.BooleanField(default=False, editable=False)
@@ -211,21 +212,6 @@ class Memory(models.Model):
     @property
     def is_user_authored(self) -> bool:
         return self.origin_tier == 1
-
-
-class MemoryEmbedding(models.Model):
-    """A memory's float32 little-endian vector from the configured Embedder (see memories.embeddings).
-
-    Kept out of the memory row on purpose: a 256-d vector is 1 KB, most of a row, and the evolution
-    cycle rewrites tens of thousands of rows (retention, activation, metadata) without touching it. With
-    the vector inline every such update rewrote about three times the bytes (see docs/evolution.md).
-    """
-
-    memory = models.OneToOneField(Memory, on_delete=models.CASCADE, primary_key=True, related_name="embedding")
-    vector = models.BinaryField()
-
-    def __str__(self) -> str:
-        return f"embedding of {self.memory_id} ({len(self.vector)} bytes)"
 
 
 class Edge(models.Model):

@@ -494,7 +494,7 @@ def memory_list(
             qs = qs.filter(bound, after)
     primary = F(column).desc(nulls_last=True) if desc else F(column).asc(nulls_last=True)
     qs = qs.order_by(primary, "-id" if desc else "id")
-    rows = list(qs.defer("snapshots")[: limit + 1])
+    rows = list(qs.defer("embedding", "snapshots")[: limit + 1])
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]
@@ -509,7 +509,7 @@ def edges_of_memory(*, workspace: Workspace, memory: Memory) -> list[Edge]:
         Edge.objects.filter(workspace=workspace)
         .filter(Q(source=memory) | Q(target=memory))
         .select_related("source", "target")
-        .defer("source__snapshots", "target__snapshots")
+        .defer("source__embedding", "target__embedding", "source__snapshots", "target__snapshots")
         .order_by("edge_type", "-weight", "id")
     )
 

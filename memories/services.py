@@ -16,10 +16,11 @@ from rest_framework.authtoken.models import Token
 
 from evolution import audit
 from evolution.models import Action, EvolutionRecord
+from memories.algorithms.embedding import to_bytes
 from memories.algorithms.entities import extract_entities
 from memories.algorithms.sortkey import activation_sort_key
 from memories.bulk import bulk_insert, new_instance
-from memories.embeddings import embed_content, embed_new
+from memories.embeddings import default_embedder
 from memories.errors import Conflict, InvalidInput, NotFound
 from memories.inputs import EDITABLE_FIELDS, MemoryInput, SessionInput, origin_tier
 from memories.models import (
@@ -177,9 +178,17 @@ def _new_edge(workspace: Workspace, source: Memory, target: Memory, edge_type: s
     )
 
 
+def _embed_into(memories: Sequence[Memory]) -> None:
+    if not memories:
+        return
+    vectors = default_embedder().embed([m.content for m in memories])
+    for memory, vector in zip(memories, vectors, strict=True):
+        memory.embedding = to_bytes(vector)
+
+
 def _insert(memories: list[Memory], now: datetime) -> None:
+    _embed_into(memories)
     bulk_insert(Memory, memories)
-    embed_new(memories)
     if memories and _write_policies:
         workspace = memories[0].workspace
         for policy in _write_policies:
@@ -226,8 +235,7 @@ def memory_update(*, workspace: Workspace, memory: Memory, actor: User | None, c
         changes["origin"] = default_origin(actor, "user")
         changes["origin_tier"] = 1
         changes["version"] = memory.version + 1
-        # The vector is bulky and reconstructible from the content: it stays out of the audit record.
-        embed_content(memory.id, changes["content"])
+        changes["embedding"] = to_bytes(default_embedder().embed([changes["content"]])[0])
     before, after = audit.memory_changes(memory, changes)
     if not before:
         return memory
@@ -237,6 +245,9 @@ def memory_update(*, workspace: Workspace, memory: Memory, actor: User | None, c
         setattr(memory, name, value)
     memory.updated_at = now
     memory.save(update_fields=[*sorted(set(changes)), "updated_at"])
+    # The embedding is bulky and reconstructible; keep it out of the audit record.
+    before.pop("embedding", None)
+    after.pop("embedding", None)
     action = (
         Action.ARCHIVE
         if after.get("status") == Status.ARCHIVED
@@ -603,8 +614,8 @@ def memory_rehydrate(*, workspace: Workspace, memory: Memory, actor: User | None
     before, after = audit.memory_changes(memory, changes)
     for name, value in changes.items():
         setattr(memory, name, value)
-    memory.save(update_fields=list(changes))
-    embed_content(memory.id, memory.content)
+    memory.embedding = to_bytes(default_embedder().embed([memory.content])[0])
+    memory.save(update_fields=[*changes, "embedding"])
     audit.records_save(
         [
             audit.record_build(

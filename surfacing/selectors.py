@@ -22,7 +22,7 @@ from django.db.models import Max
 
 from memories.algorithms.activation import decayed_activation_array
 from memories.algorithms.embedding import stack_embeddings
-from memories.models import Memory, MemoryEmbedding, MemoryType, Status, Workspace
+from memories.models import Memory, MemoryType, Status, Workspace
 from surfacing.algorithms.anchors import AnchorInfo
 from surfacing.pins import pin_store
 from surfacing.settings import SurfacingSettings, effective_evolution, effective_settings
@@ -134,12 +134,7 @@ def candidate_rows(
         age = "EXTRACT(EPOCH FROM (%s - COALESCE(updated_at, created_at))) / 3600.0"
     columns = (
         f"id, memory_type, activation_score, {since_boost}, activation_half_life_hours, {age}, length(content)"
-        # The vector sits in its own table: a correlated primary-key lookup per candidate row.
-        + (
-            f", (SELECT vector FROM {MemoryEmbedding._meta.db_table} e WHERE e.memory_id = {table}.id)"
-            if embedding_dim is not None
-            else ""
-        )
+        + (", embedding" if embedding_dim is not None else "")
     )
     # One statement of up to three parts, the same memory possibly in several (the first copy is kept):
     # the requested ids by primary key, the recent set from the (workspace, updated_at) index and the
@@ -368,14 +363,14 @@ def memory_details(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uu
 
 
 def memories_in_workspace(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Memory]:
-    """Full memories (without snapshots) of ``workspace`` among ``ids``.
+    """Full memories (without embedding and snapshots) of ``workspace`` among ``ids``.
 
     A primary-key lookup with the workspace checked in Python: a ``workspace_id = ... AND id IN (...)``
     filter makes SQLite without statistics scan the workspace index instead (0.5 s at 100k memories).
     """
     if not ids:
         return {}
-    rows = Memory.objects.filter(id__in=list(ids)).defer("snapshots")
+    rows = Memory.objects.filter(id__in=list(ids)).defer("embedding", "snapshots")
     return {m.id: m for m in rows if m.workspace_id == workspace.pk}
 
 

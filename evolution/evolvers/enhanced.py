@@ -56,9 +56,9 @@ from evolution.evolvers.base import (
     write_rows,
 )
 from evolution.models import Action, EvolutionRecord, EvolutionRun
-from memories.algorithms.embedding import stack_embeddings
+from memories.algorithms.embedding import stack_embeddings, to_bytes
 from memories.algorithms.sortkey import activation_sort_key
-from memories.embeddings import embed_new
+from memories.embeddings import default_embedder
 from memories.errors import InvalidInput
 from memories.inputs import MAX_CONTENT_CHARS, MAX_TAGS, origin_tier
 from memories.models import Edge, EdgeType, Memory, MemoryType, Status, Workspace
@@ -247,8 +247,10 @@ class EnhancedWorkingToEpisodic:
         edge_ids: dict[tuple[uuid.UUID, str], int] = {}
         if not dry_run:
             if episodes:
+                vectors = default_embedder().embed([e.content for e in episodes])
+                for episode, vector in zip(episodes, vectors, strict=True):
+                    episode.embedding = to_bytes(vector)
                 Memory.objects.bulk_create(episodes, batch_size=500)
-                embed_new(episodes)
                 graph_touch(workspace=workspace)  # before the insert: see memories.services.graph_touch
                 created = Edge.objects.bulk_create(
                     [

@@ -14,7 +14,7 @@ import pytest
 from evolution import services
 from evolution.models import EvolutionRun
 from memories.algorithms.embedding import to_bytes
-from memories.models import Edge, EdgeType, Memory, MemoryEmbedding, RetrievalEvent, Workspace
+from memories.models import Edge, EdgeType, Memory, RetrievalEvent, Workspace
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -48,11 +48,7 @@ class EvolutionKit:
             "activation_last_boost_at": created,
         }
         values.update(fields)
-        embedding = values.pop("embedding", None)
-        memory = Memory.objects.create(id=uuid.uuid4(), workspace=ws or self.workspace, content=content, **values)
-        if embedding is not None:
-            MemoryEmbedding.objects.create(memory=memory, vector=embedding)
-        return memory
+        return Memory.objects.create(id=uuid.uuid4(), workspace=ws or self.workspace, content=content, **values)
 
     def retrieve(
         self, memories: Sequence[Memory], *, source: str = "search", age_days: float = 0.5, ws: Workspace | None = None
@@ -80,9 +76,9 @@ class EvolutionKit:
         )
 
     def memory_rows(self, ws: Workspace | None = None) -> dict[Any, tuple[Any, ...]]:
-        """Every field of every memory of the workspace and its stored vector last, by id (blobs as bytes)."""
+        """Every field of every memory of the workspace, by id (blobs as bytes)."""
         names = [f.attname for f in Memory._meta.concrete_fields]
-        rows = Memory.objects.filter(workspace=ws or self.workspace).values_list(*names, "embedding__vector")
+        rows = Memory.objects.filter(workspace=ws or self.workspace).values_list(*names)
         return {row[0]: tuple(bytes(v) if isinstance(v, memoryview) else v for v in row) for row in rows}
 
     def edge_rows(self, ws: Workspace | None = None) -> dict[Any, tuple[Any, ...]]:

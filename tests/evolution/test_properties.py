@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from evolution import services
 from memories.algorithms.embedding import to_bytes
-from memories.models import Edge, EdgeType, Memory, MemoryEmbedding, RetrievalEvent, Workspace
+from memories.models import Edge, EdgeType, Memory, RetrievalEvent, Workspace
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
@@ -63,7 +63,6 @@ def build(kit: Any, spec: dict[str, Any]) -> Workspace:
     rng = np.random.default_rng(spec["noise_seed"])
     topics = rng.normal(size=(4, 8))
     memories = []
-    vectors = []
     for k, m in enumerate(spec["memories"]):
         created = kit.NOW - timedelta(days=m["age_days"], microseconds=k)
         vector = topics[m["topic"]] + rng.normal(scale=0.05, size=8)
@@ -80,11 +79,10 @@ def build(kit: Any, spec: dict[str, Any]) -> Workspace:
                 last_accessed=(kit.NOW - timedelta(days=m["accessed_days"]))
                 if m["accessed_days"] is not None
                 else None,
+                embedding=to_bytes(vector / np.linalg.norm(vector)) if m["embedded"] else None,
                 metadata=m["metadata"],
             )
         )
-        if m["embedded"]:
-            vectors.append(MemoryEmbedding(memory=memories[-1], vector=to_bytes(vector / np.linalg.norm(vector))))
     for k in range(spec["working_burst"]):
         created = kit.NOW - timedelta(minutes=float(rng.uniform(0, 90)))
         words = " ".join(rng.choice(WORDS, size=4))
@@ -99,7 +97,6 @@ def build(kit: Any, spec: dict[str, Any]) -> Workspace:
             )
         )
     Memory.objects.bulk_create(memories)
-    MemoryEmbedding.objects.bulk_create(vectors)
     n = len(memories)
     events = []
     for members, source, age in spec["result_sets"]:
