@@ -36,8 +36,8 @@ from memories.models import Workspace
 
 log = logging.getLogger(__name__)
 
-# Page cache (KiB) while a cycle runs on SQLite: the memory table of a 100k-memory workspace plus its
-# indexes and the edges fit, so no page is looked up in a long WAL twice.
+# Page cache (KiB) while a cycle runs on SQLite: the memory table of a 100k-memory workspace (~200 MB)
+# plus its indexes and the edges fit, so no page is looked up in a long WAL twice.
 CYCLE_CACHE_KIB = 512 * 1024
 # Allocations between young-generation collections while a cycle runs (Python's default is 700).
 CYCLE_GC_THRESHOLD = 50_000
@@ -146,7 +146,7 @@ def fewer_collections() -> Iterator[None]:
 
     A cycle builds millions of short-lived tuples, lists and dicts next to long-lived whole-workspace
     arrays. With Python's default threshold the collector ran ~3,200 times during the bench cycle, 9 of
-    them full collections that walked every live object: 1.38 s of a 19 s cycle (measured with
+    them full collections that walked every live object: 1.38 s of a 19 s bench cycle (measured with
     gc.callbacks). At 50,000 it ran 31 times, none of them full: 0.46 s. The cycle's garbage is freed by
     reference counting; only reference cycles wait a little longer for a collection.
     """
