@@ -151,10 +151,11 @@ def lexical_search(
     with connection.cursor() as cursor:
         cursor.execute(sql.format(status=status_sql), params)
         rows = cursor.fetchall()
-    return [(_as_uuid(r[0]), float(r[1])) for r in rows]
+    return [(as_uuid(r[0]), float(r[1])) for r in rows]
 
 
-def _as_uuid(value: Any) -> uuid.UUID:
+def as_uuid(value: Any) -> uuid.UUID:
+    """A UUID column value as the driver returns it (UUID on PostgreSQL, hex text on SQLite) or id text."""
     return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
 
 
@@ -193,14 +194,14 @@ def _fts_ranked(expression: str, workspace_id: int, limit: int) -> list[tuple[uu
         if len(rows) == wanted:
             _FTS_SHARE[workspace_id] = len(own) / wanted
         if len(own) >= limit or len(rows) < wanted:
-            return [(_as_uuid(mid), float(score)) for mid, score in own[:limit]]
+            return [(as_uuid(mid), float(score)) for mid, score in own[:limit]]
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT f.memory_id, -bm25(memories_fts) FROM memories_fts f "
             "WHERE memories_fts MATCH %s AND f.workspace_id = %s ORDER BY bm25(memories_fts), f.rowid LIMIT %s",
             [expression, workspace_id, limit],
         )
-        return [(_as_uuid(mid), float(score)) for mid, score in cursor.fetchall()]
+        return [(as_uuid(mid), float(score)) for mid, score in cursor.fetchall()]
 
 
 def _fts_filter(workspace: Workspace, query: str, *, plan_probes: bool = False) -> Q:

@@ -35,6 +35,7 @@ from memories.models import (
     Status,
     Workspace,
 )
+from memories.selectors import as_uuid
 
 User = AbstractBaseUser | AnonymousUser
 _ORIGIN_MAX: int = Memory._meta.get_field("origin").max_length or 120
@@ -100,10 +101,6 @@ def graph_touch(*, workspace: Workspace, rewrites: bool = False) -> None:
 EdgeRow = tuple[uuid.UUID | str, uuid.UUID | str, str, float]  # source id, target id, edge type, weight
 
 
-def _as_uuid(value: uuid.UUID | str) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
-
-
 def graph_mirror(*, workspace: Workspace, added: Iterable[EdgeRow] = (), removed: Iterable[EdgeRow] = ()) -> None:
     """Hand edge writes to the graph store once the transaction commits.
 
@@ -117,8 +114,8 @@ def graph_mirror(*, workspace: Workspace, added: Iterable[EdgeRow] = (), removed
     store = graph_store()
     if isinstance(store, SqlGraphStore):
         return
-    added_refs = [EdgeRef(_as_uuid(s), _as_uuid(t), ty, float(w)) for s, t, ty, w in added]
-    removed_refs = [EdgeRef(_as_uuid(s), _as_uuid(t), ty, float(w)) for s, t, ty, w in removed]
+    added_refs = [EdgeRef(as_uuid(s), as_uuid(t), ty, float(w)) for s, t, ty, w in added]
+    removed_refs = [EdgeRef(as_uuid(s), as_uuid(t), ty, float(w)) for s, t, ty, w in removed]
     if not added_refs and not removed_refs:
         return
 

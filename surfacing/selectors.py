@@ -23,6 +23,7 @@ from django.db.models import Max
 from memories.algorithms.activation import decayed_activation_array
 from memories.algorithms.embedding import stack_embeddings
 from memories.models import Memory, MemoryType, Status, Workspace
+from memories.selectors import as_uuid
 from surfacing.algorithms.anchors import AnchorInfo
 from surfacing.pins import pin_store
 from surfacing.settings import SurfacingSettings, effective_evolution, effective_settings
@@ -93,10 +94,6 @@ def _empty_rows(dim: int | None) -> CandidateRows:
         embeddings=None if dim is None else np.empty((0, dim), np.float32),
         position={},
     )
-
-
-def _uuid(raw: Any) -> uuid.UUID:
-    return raw if isinstance(raw, uuid.UUID) else uuid.UUID(raw)
 
 
 def _sql_ids(ids: Iterable[uuid.UUID]) -> list[Any]:
@@ -176,7 +173,7 @@ def candidate_rows(
     cols = list(zip(*rows, strict=True))
     # Requested ids are known already: look them up by their stored form instead of parsing each UUID.
     known: dict[Any, uuid.UUID] = dict(zip(stored_ids, unique, strict=True))
-    row_ids = [known.get(raw) or _uuid(raw) for raw in cols[0]]
+    row_ids = [known.get(raw) or as_uuid(raw) for raw in cols[0]]
     # NULL (never boosted, no timestamp) becomes NaN, which the decay and recency functions expect.
     stored = np.asarray(cols[2], dtype=np.float64)
     since = np.asarray(cols[3], dtype=np.float64)
@@ -210,7 +207,7 @@ def entity_memories(*, workspace: Workspace, keys: Sequence[str]) -> list[uuid.U
             f"AND subject IN ({','.join(['%s'] * len(keys))}) AND status = %s",
             [workspace.pk, MemoryType.ENTITY, *keys, Status.ACTIVE],
         )
-        rows = [(_uuid(raw), subject) for raw, subject in cursor.fetchall()]
+        rows = [(as_uuid(raw), subject) for raw, subject in cursor.fetchall()]
     rank = {key: i for i, key in enumerate(keys)}
     return [mid for mid, _ in sorted(rows, key=lambda row: (rank[row[1]], row[0].int))]
 
@@ -239,7 +236,7 @@ def most_recent(*, workspace: Workspace, ids: Sequence[uuid.UUID], limit: int) -
             found.extend(cursor.fetchall())
     found.sort(key=lambda row: (str(row[0]),))
     found.sort(key=lambda row: row[1], reverse=True)
-    return [_uuid(raw) for raw, _ in found[:limit]]
+    return [as_uuid(raw) for raw, _ in found[:limit]]
 
 
 @dataclass(frozen=True)
@@ -356,7 +353,7 @@ def memory_details(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uu
         )
         rows = cursor.fetchall()
     return {
-        _uuid(raw_id): MemoryDetail(_uuid(raw_id), content, memory_type, float(retention), metadata)
+        as_uuid(raw_id): MemoryDetail(as_uuid(raw_id), content, memory_type, float(retention), metadata)
         for raw_id, workspace_id, content, memory_type, retention, metadata in rows
         if workspace_id == workspace.pk
     }
