@@ -45,7 +45,8 @@ class Action(models.TextChoices):
 
 class EvolutionRun(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="evolution_runs")
+    # run_ws_started leads with workspace.
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="evolution_runs", db_index=False)
     evolvers = models.JSONField(default=list)
     dry_run = models.BooleanField(default=True)
     status = models.CharField(max_length=10, choices=RunStatus.choices, default=RunStatus.RUNNING)
@@ -85,8 +86,13 @@ class RecordJSONEncoder(json.JSONEncoder):
 class EvolutionRecord(models.Model):
     """One audited action. `before`/`after` hold exactly the field values needed to undo it."""
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="evolution_records")
-    run = models.ForeignKey(EvolutionRun, null=True, blank=True, on_delete=models.CASCADE, related_name="records")
+    # No single-column indexes: rec_ws_time and rec_run_id lead with these keys.
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="evolution_records", db_index=False
+    )
+    run = models.ForeignKey(
+        EvolutionRun, null=True, blank=True, on_delete=models.CASCADE, related_name="records", db_index=False
+    )
     evolver = models.CharField(max_length=64)
     action = models.CharField(max_length=12, choices=Action.choices)
     input_ids = models.JSONField(default=list, encoder=RecordJSONEncoder)
@@ -161,7 +167,8 @@ class ProposalStatus(models.TextChoices):
 
 
 class Proposal(models.Model):
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="proposals")
+    # prop_ws_status and prop_ws_key lead with workspace.
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="proposals", db_index=False)
     kind = models.CharField(max_length=12, choices=ProposalKind.choices)
     status = models.CharField(max_length=10, choices=ProposalStatus.choices, default=ProposalStatus.PENDING)
     title = models.CharField(max_length=300)
@@ -200,7 +207,8 @@ class OutcomeResult(models.TextChoices):
 class Outcome(models.Model):
     """A task outcome recorded by an agent: the engine's sensor input (seed 002)."""
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="outcomes")
+    # outcome_ws_created leads with workspace.
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="outcomes", db_index=False)
     task_type = models.CharField(max_length=120)
     approach = models.CharField(max_length=200, blank=True, default="")
     result = models.CharField(max_length=8, choices=OutcomeResult.choices)

@@ -215,7 +215,8 @@ class Memory(models.Model):
 
 
 class Edge(models.Model):
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="edges")
+    # No single-column index: edge_ws_type leads with workspace (and serves the cascade).
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="edges", db_index=False)
     source = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="out_edges", db_index=False)
     target = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="in_edges")
     edge_type = models.CharField(max_length=24, default=EdgeType.RELATED)
@@ -243,8 +244,10 @@ class Edge(models.Model):
 class RetrievalEvent(models.Model):
     """One item of one result set handed to a caller: the input of profiles and CO_RETRIEVED counts."""
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="retrieval_events")
-    memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="retrieval_events")
+    # No single-column indexes: ret_ws_created and ret_mem_created lead with these keys. Events are the
+    # most written rows (every item of every result set); each index is one more random page per event.
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="retrieval_events", db_index=False)
+    memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="retrieval_events", db_index=False)
     result_set = models.UUIDField()
     rank = models.PositiveSmallIntegerField()
     source = models.CharField(max_length=12, choices=RetrievalSource.choices)
@@ -267,7 +270,8 @@ class RetrievalEvent(models.Model):
 class AuditEntry(models.Model):
     """Actions of people that are not evolution records (hard deletes, token creation)."""
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="audit_entries")
+    # audit_ws_created leads with workspace.
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="audit_entries", db_index=False)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     action = models.CharField(max_length=32)
     object_id = models.CharField(max_length=64, blank=True, default="")

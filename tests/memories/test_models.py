@@ -6,7 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.migrations.executor import MigrationExecutor
 
 from memories import services
 from memories.inputs import MemoryInput
@@ -128,3 +129,50 @@ def test_embedding_is_stored_as_bytes(workspace: Workspace) -> None:
     assert isinstance(fresh.embedding, bytes | memoryview)
     assert len(bytes(fresh.embedding)) > 0
     assert len(bytes(fresh.embedding)) % 4 == 0
+
+
+# -- indexes --------------------------------------------------------------------------------------
+
+# (table, column) whose single-column index was dropped because a composite index leads with it.
+REDUNDANT_FK_INDEXES = [
+    ("memories_auditentry", "workspace_id", "audit_ws_created"),
+    ("memories_edge", "workspace_id", "edge_ws_type"),
+    ("memories_retrievalevent", "memory_id", "ret_mem_created"),
+    ("memories_retrievalevent", "workspace_id", "ret_ws_created"),
+    ("evolution_evolutionrecord", "run_id", "rec_run_id"),
+    ("evolution_evolutionrecord", "workspace_id", "rec_ws_time"),
+    ("evolution_evolutionrun", "workspace_id", "run_ws_started"),
+    ("evolution_outcome", "workspace_id", "outcome_ws_created"),
+    ("evolution_proposal", "workspace_id", "prop_ws_status"),
+]
+
+
+def _indexes(table: str) -> dict[str, list[str]]:
+    with connection.cursor() as cursor:
+        found = connection.introspection.get_constraints(cursor, table)
+    return {name: list(c["columns"]) for name, c in found.items() if c["index"] and not c["unique"]}
+
+
+@pytest.mark.parametrize(("table", "column", "composite"), REDUNDANT_FK_INDEXES)
+def test_a_key_that_leads_a_composite_index_has_no_index_of_its_own(table: str, column: str, composite: str) -> None:
+    indexes = _indexes(table)
+    assert indexes[composite][0] == column
+    assert [column] not in indexes.values()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_index_migrations_drop_and_restore_only_the_single_column_indexes() -> None:
+    before = {table: _indexes(table) for table in {t for t, _, _ in REDUNDANT_FK_INDEXES}}
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes()
+    try:
+        executor.migrate([("evolution", "0003_record_link_rowid_key"), ("memories", "0003_workspace_graph_rewrites")])
+        restored = {table: _indexes(table) for table in before}
+        for table, column, composite in REDUNDANT_FK_INDEXES:
+            assert [column] in restored[table].values(), (table, column)
+            assert restored[table][composite] == before[table][composite]
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(latest)
+    assert {table: _indexes(table) for table in before} == before
