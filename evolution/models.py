@@ -87,9 +87,7 @@ class EvolutionRecord(models.Model):
     """One audited action. `before`/`after` hold exactly the field values needed to undo it."""
 
     # No single-column indexes: rec_ws_time and rec_run_id lead with these keys.
-    workspace = models.ForeignKey(
-        Workspace, on_delete=models.CASCADE, related_name="evolution_records", db_index=False
-    )
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="evolution_records", db_index=False)
     run = models.ForeignKey(
         EvolutionRun, null=True, blank=True, on_delete=models.CASCADE, related_name="records", db_index=False
     )
