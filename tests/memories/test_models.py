@@ -133,7 +133,8 @@ def test_embedding_is_stored_as_bytes(workspace: Workspace) -> None:
 
 # -- indexes --------------------------------------------------------------------------------------
 
-# (table, column) whose single-column index was dropped because a composite index leads with it.
+# (table, column, composite index): the single-column index of the column was dropped because the composite
+# index leads with it.
 REDUNDANT_FK_INDEXES = [
     ("memories_auditentry", "workspace_id", "audit_ws_created"),
     ("memories_edge", "workspace_id", "edge_ws_type"),
