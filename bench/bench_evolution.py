@@ -6,7 +6,8 @@ new, half of those near-duplicates of older memories), a 400-item working buffer
 minutes, 200k retrieval events over 60 days from search / context / get / inspector result sets drawn
 from topics (10% of them from the last day) and 50k CO_RETRIEVED edges. Yesterday's cycle really runs
 (decay, strengthening and Hebbian counting at now - 1 day, applied) before the last day's memories and
-retrievals are inserted, so profiles, archives and cursors are the ones a daily schedule leaves.
+retrievals are inserted, so profiles, archives and cursors are the ones a daily schedule leaves; its
+Hebbian counting adds ~250k CO_RETRIEVED edges from the earlier result sets.
 
 Then, in one process and on the same data:
 1. a straightforward one-memory-at-a-time implementation of the same five evolvers (per-memory ORM
@@ -556,7 +557,7 @@ def main() -> None:
     from django.db import connection
 
     from evolution import services
-    from memories.models import Edge, Memory, Workspace
+    from memories.models import Edge, EdgeType, Memory, Workspace
 
     if reuse:
         data = json.loads(info_path.read_text())
@@ -575,10 +576,12 @@ def main() -> None:
         saved = {k: v for k, v in data.items() if k != "workspace"}
         info_path.write_text(json.dumps({**saved, "ids": [str(i) for i in data["ids"]], "now": now.isoformat()}))
     workspace = data["workspace"]
+    co_retrieved = Edge.objects.filter(workspace=workspace, edge_type=EdgeType.CO_RETRIEVED).count()
     print(
         f"  {args.memories:,} memories ({data['n_new']:,} not yet compared, {data['n_working']} working), "
         f"{data['events']:,} retrieval events ({data['new_events']:,} since the last cycle), "
-        f"{data['edges']:,} CO_RETRIEVED edges; embed {data['embed_seconds']:.1f} s, "
+        f"{co_retrieved:,} CO_RETRIEVED edges ({data['edges']:,} inserted, the rest counted by yesterday's "
+        f"cycle); embed {data['embed_seconds']:.1f} s, "
         f"insert {data['insert_seconds']:.1f} s, yesterday's cycle {data['previous_seconds']:.1f} s"
     )
     print(f"naive one-memory-at-a-time implementation on samples of {args.sample} (rolled back) ...", flush=True)
