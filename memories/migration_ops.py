@@ -2,32 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from django.db import migrations
 
 
-def drop_field_indexes(app_label: str, fields: Sequence[tuple[str, str]]) -> migrations.RunPython:
-    """Drop the single-column index of each (model, field) and create it again on the way back.
+class AlterFieldIndex(migrations.AlterField):
+    """AlterField of a field whose only change is `db_index`: drops or creates its single-column index.
 
-    The database half of turning `db_index` off for a field that a composite index already leads with.
-    Django's own AlterField rebuilds a SQLite table for that (a copy of every row: minutes on a large
-    events table); an index is all that changes, so only the index is dropped. The index is found by its
-    column through the schema editor (the name Django gave it differs per table), so composite indexes
-    and foreign-key constraints are left alone.
+    Django's AlterField rebuilds a SQLite table for that (a copy of every row: minutes on a large events
+    table) although an index is all that changes. The state changes exactly as AlterField changes it. The
+    index to drop is found by its column through the schema editor (the name Django gave it differs per
+    table), so composite indexes and foreign-key constraints are left alone; the index created on the way
+    back gets Django's own name.
     """
 
-    def forwards(apps: Any, schema_editor: Any) -> None:
-        for model_name, field_name in fields:
-            model = apps.get_model(app_label, model_name)
-            column = model._meta.get_field(field_name).column
-            for name in schema_editor._constraint_names(model, [column], index=True, unique=False, primary_key=False):
-                schema_editor.execute(schema_editor._delete_index_sql(model, name))
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        self._switch(app_label, schema_editor, from_state, to_state)
 
-    def backwards(apps: Any, schema_editor: Any) -> None:
-        for model_name, field_name in fields:
-            model = apps.get_model(app_label, model_name)
-            schema_editor.execute(schema_editor._create_index_sql(model, fields=[model._meta.get_field(field_name)]))
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        self._switch(app_label, schema_editor, from_state, to_state)
 
-    return migrations.RunPython(forwards, backwards, elidable=False)
+    def _switch(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        model = to_state.apps.get_model(app_label, self.model_name)
+        old = from_state.apps.get_model(app_label, self.model_name)._meta.get_field(self.name)
+        new = model._meta.get_field(self.name)
+        if old.db_index == new.db_index:
+            raise ValueError(f"{self.model_name}.{self.name}: AlterFieldIndex expects db_index to change")
+        if new.db_index:
+            schema_editor.execute(schema_editor._create_index_sql(model, fields=[new]))
+            return
+        for name in schema_editor._constraint_names(model, [new.column], index=True, unique=False, primary_key=False):
+            schema_editor.execute(schema_editor._delete_index_sql(model, name))

@@ -3,7 +3,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-from memories.migration_ops import drop_field_indexes
+from memories.migration_ops import AlterFieldIndex
 
 
 class Migration(migrations.Migration):
@@ -14,72 +14,56 @@ class Migration(migrations.Migration):
 
     # Composite indexes lead with these keys; only the single-column indexes go (no table rebuild).
     operations = [
-        migrations.SeparateDatabaseAndState(
-            state_operations=[
-                migrations.AlterField(
-                    model_name="evolutionrecord",
-                    name="run",
-                    field=models.ForeignKey(
-                        blank=True,
-                        db_index=False,
-                        null=True,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="records",
-                        to="evolution.evolutionrun",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="evolutionrecord",
-                    name="workspace",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="evolution_records",
-                        to="memories.workspace",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="evolutionrun",
-                    name="workspace",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="evolution_runs",
-                        to="memories.workspace",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="outcome",
-                    name="workspace",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="outcomes",
-                        to="memories.workspace",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="proposal",
-                    name="workspace",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="proposals",
-                        to="memories.workspace",
-                    ),
-                ),
-            ],
-            database_operations=[
-                drop_field_indexes(
-                    "evolution",
-                    [
-                        ("evolutionrecord", "run"),
-                        ("evolutionrecord", "workspace"),
-                        ("evolutionrun", "workspace"),
-                        ("outcome", "workspace"),
-                        ("proposal", "workspace"),
-                    ],
-                )
-            ],
+        AlterFieldIndex(
+            model_name="evolutionrecord",
+            name="run",
+            field=models.ForeignKey(
+                blank=True,
+                db_index=False,
+                null=True,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="records",
+                to="evolution.evolutionrun",
+            ),
+        ),
+        AlterFieldIndex(
+            model_name="evolutionrecord",
+            name="workspace",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="evolution_records",
+                to="memories.workspace",
+            ),
+        ),
+        AlterFieldIndex(
+            model_name="evolutionrun",
+            name="workspace",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="evolution_runs",
+                to="memories.workspace",
+            ),
+        ),
+        AlterFieldIndex(
+            model_name="outcome",
+            name="workspace",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="outcomes",
+                to="memories.workspace",
+            ),
+        ),
+        AlterFieldIndex(
+            model_name="proposal",
+            name="workspace",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="proposals",
+                to="memories.workspace",
+            ),
         ),
     ]

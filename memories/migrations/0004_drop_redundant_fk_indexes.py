@@ -3,7 +3,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-from memories.migration_ops import drop_field_indexes
+from memories.migration_ops import AlterFieldIndex
 
 
 class Migration(migrations.Migration):
@@ -13,59 +13,44 @@ class Migration(migrations.Migration):
 
     # Composite indexes lead with these keys; only the single-column indexes go (no table rebuild).
     operations = [
-        migrations.SeparateDatabaseAndState(
-            state_operations=[
-                migrations.AlterField(
-                    model_name="auditentry",
-                    name="workspace",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="audit_entries",
-                        to="memories.workspace",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="edge",
-                    name="workspace",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="edges",
-                        to="memories.workspace",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="retrievalevent",
-                    name="memory",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="retrieval_events",
-                        to="memories.memory",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="retrievalevent",
-                    name="workspace",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="retrieval_events",
-                        to="memories.workspace",
-                    ),
-                ),
-            ],
-            database_operations=[
-                drop_field_indexes(
-                    "memories",
-                    [
-                        ("auditentry", "workspace"),
-                        ("edge", "workspace"),
-                        ("retrievalevent", "memory"),
-                        ("retrievalevent", "workspace"),
-                    ],
-                )
-            ],
+        AlterFieldIndex(
+            model_name="auditentry",
+            name="workspace",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="audit_entries",
+                to="memories.workspace",
+            ),
+        ),
+        AlterFieldIndex(
+            model_name="edge",
+            name="workspace",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="edges",
+                to="memories.workspace",
+            ),
+        ),
+        AlterFieldIndex(
+            model_name="retrievalevent",
+            name="memory",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="retrieval_events",
+                to="memories.memory",
+            ),
+        ),
+        AlterFieldIndex(
+            model_name="retrievalevent",
+            name="workspace",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="retrieval_events",
+                to="memories.workspace",
+            ),
         ),
     ]
