@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -43,6 +44,47 @@ def test_decay_rows_and_retention_rows_are_plain_values(kit: Any) -> None:
     assert created == pytest.approx(m.created_at.timestamp(), abs=1e-3)
     rows = {row[0]: row for row in selectors.retention_rows(workspace=kit.workspace)}
     assert selectors._json(rows[str(m.id)][3]) == {"total_count": 2}
+
+
+def test_id_texts_format_raw_keys_as_canonical_text() -> None:
+    keys = [uuid.uuid4() for _ in range(50)]
+    assert selectors.id_texts([k.hex for k in keys]) == [str(k) for k in keys]
+    assert selectors.id_texts(keys) == [str(k) for k in keys]  # PostgreSQL hands UUID objects back
+    # Anything but 32 ASCII hex digits per key takes the per-key path and is formatted the same way.
+    assert selectors.id_texts([keys[0].hex, keys[1]]) == [str(keys[0]), str(keys[1])]
+    assert selectors.id_texts([keys[0].hex, "é" * 32]) == [str(keys[0]), "éééééééé-éééé-éééé-éééé-éééééééééééé"]
+    assert selectors.id_texts([]) == []
+
+
+def test_retrieval_aggregates_count_used_events_up_to_now_per_memory(kit: Any) -> None:
+    a, b, c = kit.mem("a"), kit.mem("b"), kit.mem("c")
+    kit.retrieve([a, b], age_days=1)  # a rank 0, b rank 1
+    kit.retrieve([b, a], age_days=10)  # b rank 0, a rank 1
+    kit.retrieve([a], source="get", age_days=40)
+    kit.retrieve([a, c], source="inspector", age_days=0.1)  # a dry read: never counted
+    kit.retrieve([c], age_days=-1)  # after now: not yet
+    found = selectors.retrieval_aggregates(workspace=kit.workspace, now=kit.NOW, lookback_days=30, short_days=7)
+    got = {
+        mid: (
+            int(found.total[k]),
+            int(found.search[k]),
+            int(found.rank_sum[k]),
+            int(found.top1[k]),
+            int(found.in_short[k]),
+            int(found.in_lookback[k]),
+            round(float(found.last_at[k]), 3),
+        )
+        for k, mid in enumerate(found.memory_ids)
+    }
+    day = (kit.NOW - timedelta(days=1)).timestamp()
+    assert got == {
+        str(a.id): (3, 2, 1, 1, 1, 2, round(day, 3)),
+        str(b.id): (2, 2, 1, 1, 1, 2, round(day, 3)),
+    }
+    empty = selectors.retrieval_aggregates(
+        workspace=kit.workspace, now=kit.NOW - timedelta(days=99), lookback_days=30, short_days=7
+    )
+    assert empty.memory_ids == [] and empty.total.size == empty.last_at.size == 0
 
 
 def test_metadata_of_answers_in_the_id_form_it_was_asked_in(kit: Any) -> None:
