@@ -497,13 +497,43 @@ def _empty_profile(n: int, lookback_days: float) -> RetrievalProfile:
     )
 
 
-def _stored_profile(profile: RetrievalProfile, k: int, last_at: float) -> dict[str, Any]:
-    """The profile kept in Memory.retrieval_profile: the seed's keys, with the time of the last retrieval
-    (ISO, UTC) instead of its age, so a stored profile only changes when its counts or windows do."""
-    stored: dict[str, Any] = profile.as_dict(k)
-    del stored["last_retrieved_days_ago"]
-    stored["last_retrieved_at"] = datetime.fromtimestamp(last_at, UTC).isoformat(timespec="milliseconds")
-    return stored
+class StoredProfiles:
+    """The profiles kept in Memory.retrieval_profile: the seed's keys (as `RetrievalProfile.as_dict`), with
+    the time of the last retrieval (ISO, UTC) instead of its age, so a stored profile only changes when its
+    counts or windows do.
+
+    Built for a whole workspace at once: the arrays become lists once (indexing numpy scalars per memory
+    and key cost more than the rest of the loop), and each distinct time is formatted once (the memories
+    of one result set share their newest time).
+    """
+
+    def __init__(self, profile: RetrievalProfile, last_at: FloatArray) -> None:
+        self.columns = (
+            profile.total_count.tolist(),
+            profile.search_count.tolist(),
+            profile.avg_rank.tolist(),
+            profile.velocity_7d.tolist(),
+            profile.velocity_30d.tolist(),
+            profile.top1_count.tolist(),
+        )
+        self.last_at = last_at.tolist()
+        self.texts: dict[float, str] = {}
+
+    def __getitem__(self, k: int) -> dict[str, Any]:
+        total, search, rank, v7, v30, top1 = self.columns
+        at = self.last_at[k]
+        text = self.texts.get(at)
+        if text is None:
+            text = self.texts[at] = datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
+        return {
+            "total_count": total[k],
+            "search_count": search[k],
+            "avg_search_rank": rank[k],
+            "velocity_7d": v7[k],
+            "velocity_30d": v30[k],
+            "top1_count": top1[k],
+            "last_retrieved_at": text,
+        }
 
 
 def _profile_value(stored: Any) -> Any:
@@ -573,7 +603,6 @@ class RetrievalBasedStrengthening:
         profile.last_retrieved_days_ago[k_at] = np.maximum(now_ts - aggregates.last_at[known], 0.0) / 86_400.0
         last_at_array = np.full(n, math.nan)
         last_at_array[k_at] = aggregates.last_at[known]
-        last_at = last_at_array.tolist()
         np.divide(rank_sum, search_count, out=profile.avg_rank, where=search_count > 0)
         profile.velocity_7d[:] = in_short / SHORT_WINDOW_DAYS
         profile.velocity_30d[:] = in_lookback / lookback
@@ -600,12 +629,13 @@ class RetrievalBasedStrengthening:
         has_events_array = profile.total_count > 0
         touched = np.flatnonzero((outcome.retention != np.asarray([row[1] for row in rows])) | has_events_array)
         has_events = has_events_array.tolist()
+        stored_profiles = StoredProfiles(profile, last_at_array)
         profiles = 0
         for k in touched.tolist():
             old_ret = rows[k][1]
             changes: dict[str, tuple[Any, Any]] = {"retention_score": (old_ret, new_ret[k])}
             if has_events[k]:
-                new_profile = _stored_profile(profile, k, last_at[k])
+                new_profile = stored_profiles[k]
                 old_profile = _profile_value(rows[k][3])
                 changes["retrieval_profile"] = (old_profile, new_profile)
                 profiles += new_profile != old_profile
