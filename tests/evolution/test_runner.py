@@ -189,7 +189,7 @@ def test_a_cycle_on_a_sqlite_file_defers_checkpoints_then_checkpoints_and_restor
 ) -> None:
     import os
 
-    from evolution.runner import CYCLE_CACHE_KIB, sqlite_bulk_writes
+    from evolution.runner import CYCLE_CACHE_KIB, sqlite_bulk_writes, wait_for_checkpoints
 
     wal = f"{file_sqlite.settings_dict['NAME']}-wal"
     with sqlite_bulk_writes():
@@ -201,8 +201,34 @@ def test_a_cycle_on_a_sqlite_file_defers_checkpoints_then_checkpoints_and_restor
         assert os.path.getsize(wal) > 1000 * 4096
     assert _pragma(file_sqlite, "wal_autocheckpoint") == 1000
     assert _pragma(file_sqlite, "cache_size") == -2000
-    # The checkpoint at the end copied the rows into the database file itself.
+    # The checkpoint at the end (on a thread of its own) copied the rows into the database file itself.
+    assert wait_for_checkpoints(timeout=30)
     assert os.path.getsize(file_sqlite.settings_dict["NAME"]) > 2000 * 3000
+
+
+def test_the_last_checkpoint_runs_after_the_block_on_its_own_thread_and_can_be_waited_for(
+    file_sqlite: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evolution.runner import Checkpoints, sqlite_bulk_writes, wait_for_checkpoints
+
+    release = threading.Event()
+    ran_on: list[str] = []
+
+    def slow_checkpoint(path: str) -> None:
+        release.wait(30)
+        ran_on.append(threading.current_thread().name)
+
+    monkeypatch.setattr(Checkpoints, "_checkpoint", staticmethod(slow_checkpoint))
+    with sqlite_bulk_writes() as checkpoints:
+        checkpoints.after_commit()  # still running when the block ends: the last one waits for it
+    # The block has ended and restored the settings while both checkpoints still wait.
+    assert ran_on == []
+    assert _pragma(file_sqlite, "wal_autocheckpoint") == 1000
+    assert not wait_for_checkpoints(timeout=0.05)
+    release.set()
+    assert wait_for_checkpoints(timeout=30)
+    assert len(ran_on) == 2 and threading.current_thread().name not in ran_on
+    assert ran_on[-1] == "sqlite-final-checkpoint"
 
 
 def test_a_checkpoint_after_a_commit_copies_the_pages_on_its_own_thread_while_the_cycle_goes_on(

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from evolution import selectors, services
+from evolution import runner, selectors, services
 from evolution.evolvers import EVOLVERS, default_cycle
 from memories.errors import DomainError
 
@@ -39,6 +39,9 @@ class Command(BaseCommand):
             )
         except DomainError as exc:
             raise CommandError(exc.detail) from None
+        finally:
+            # The cycle's last SQLite checkpoint runs on a thread of its own; let it finish before exiting.
+            runner.wait_for_checkpoints()
         counts = run.summary.get("counts", {})
         self.stdout.write(
             f"run {run.id} {run.status}: {counts.get('records', 0)} records, {counts.get('ok', 0)} ok, "
