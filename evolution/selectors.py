@@ -112,15 +112,18 @@ def id_texts(values: Sequence[Any]) -> list[str]:
     the joined digits costs ~0.4 us an id (80k ids: 94 ms of SQL against 35 ms here).
     """
     n = len(values)
-    if n and all(v.__class__ is str for v in values):
+    try:
         joined = "".join(values)
-        if len(joined) == 32 * n and joined.isascii():
-            digits = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).reshape(n, 32)
-            out = np.full((n, 36), _DASH, dtype=np.uint8)
-            for start, stop, at in _ID_GROUPS:
-                out[:, at : at + stop - start] = digits[:, start:stop]
-            texts: list[str] = out.view("S36").ravel().astype("U36").tolist()
-            return texts
+    except TypeError:  # not all text: UUID objects from PostgreSQL
+        joined = ""
+    # Every key 32 characters: none shorter, and 32 each on average.
+    if n and len(joined) == 32 * n and min(map(len, values)) == 32 and joined.isascii():
+        digits = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).reshape(n, 32)
+        out = np.full((n, 36), _DASH, dtype=np.uint8)
+        for start, stop, at in _ID_GROUPS:
+            out[:, at : at + stop - start] = digits[:, start:stop]
+        texts: list[str] = out.view("S36").ravel().astype("U36").tolist()
+        return texts
     return [f"{v[:8]}-{v[8:12]}-{v[12:16]}-{v[16:20]}-{v[20:]}" if isinstance(v, str) else str(v) for v in values]
 
 

@@ -53,6 +53,11 @@ def test_id_texts_format_raw_keys_as_canonical_text() -> None:
     # Anything but 32 ASCII hex digits per key takes the per-key path and is formatted the same way.
     assert selectors.id_texts([keys[0].hex, keys[1]]) == [str(keys[0]), str(keys[1])]
     assert selectors.id_texts([keys[0].hex, "é" * 32]) == [str(keys[0]), "éééééééé-éééé-éééé-éééé-éééééééééééé"]
+    # Lengths that only add up to 32 per key are not taken for 32-digit keys.
+    assert selectors.id_texts(["a" * 31, "b" * 33]) == [
+        "aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaa",
+        "bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbbb",
+    ]
     assert selectors.id_texts([]) == []
 
 
