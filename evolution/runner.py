@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from django.db import connection, transaction
@@ -135,7 +136,8 @@ class Checkpoints:
     @staticmethod
     def _checkpoint(path: str) -> None:
         try:
-            db = sqlite3.connect(path)
+            # mode=rw: a database removed meanwhile (a test's temporary file) is an error, not a new file.
+            db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=rw", uri=True)
             try:
                 db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             finally:

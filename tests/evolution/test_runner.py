@@ -251,6 +251,17 @@ def test_a_checkpoint_after_a_commit_copies_the_pages_on_its_own_thread_while_th
         assert _pragma(file_sqlite, "wal_autocheckpoint") == 0
 
 
+def test_a_checkpoint_of_a_database_removed_meanwhile_logs_and_creates_nothing(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from evolution.runner import Checkpoints
+
+    gone = tmp_path / "removed.sqlite3"
+    Checkpoints._checkpoint(str(gone))
+    assert not gone.exists()
+    assert "background checkpoint of" in caplog.text
+
+
 def test_inside_a_transaction_the_cycle_leaves_the_sqlite_settings_alone(file_sqlite: Any) -> None:
     from evolution.runner import sqlite_bulk_writes
 
