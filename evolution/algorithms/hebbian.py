@@ -70,6 +70,53 @@ def co_retrieval_pairs(
     return CoRetrievalCounts(i[first], j[first], counts)
 
 
+class TimedCoRetrievalCounts(NamedTuple):
+    """`CoRetrievalCounts` with, per pair, the earliest and latest time of the result sets holding it."""
+
+    i: IntArray
+    j: IntArray
+    counts: IntArray
+    first: npt.NDArray[np.int64]
+    last: npt.NDArray[np.int64]
+
+
+def timed_co_retrieval_pairs(result_sets: Sequence[Sequence[int]], times: Sequence[int]) -> TimedCoRetrievalCounts:
+    """`co_retrieval_pairs` (each set counting once) and, from the same expansion of the 2-combinations,
+    the smallest and largest of `times` (one integer per set, e.g. epoch microseconds) over the sets that
+    contain each pair. Pairs come sorted by (i, j), as from co_retrieval_pairs.
+    """
+    if len(times) != len(result_sets):
+        raise ValueError("times must have one entry per result set")
+    parts_i: list[npt.NDArray[np.int64]] = []
+    parts_j: list[npt.NDArray[np.int64]] = []
+    parts_t: list[npt.NDArray[np.int64]] = []
+    for members, at in zip(result_sets, times, strict=True):
+        ids = np.unique(np.asarray(members, dtype=np.int64))
+        if ids.size < 2:
+            continue
+        a, b = np.triu_indices(ids.size, k=1)
+        parts_i.append(ids[a])
+        parts_j.append(ids[b])
+        parts_t.append(np.full(a.size, at, dtype=np.int64))
+    if not parts_i:
+        empty = np.empty(0, dtype=np.intp)
+        never = np.empty(0, dtype=np.int64)
+        return TimedCoRetrievalCounts(empty, empty.copy(), empty.copy(), never, never.copy())
+    i = np.concatenate(parts_i)
+    j = np.concatenate(parts_j)
+    t = np.concatenate(parts_t)
+    if i.min() < 0:
+        raise ValueError("memory positions must be non-negative")
+    key = i * (int(j.max()) + 1) + j
+    order = np.lexsort((t, key))
+    key, i, j, t = key[order], i[order], j[order], t[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    counts = np.diff(np.r_[starts, key.size]).astype(np.intp)
+    return TimedCoRetrievalCounts(
+        i[starts].astype(np.intp), j[starts].astype(np.intp), counts, t[starts], np.maximum.reduceat(t, starts)
+    )
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class HebbianResult:
     """Retention after Hebbian boosts.

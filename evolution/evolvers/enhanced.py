@@ -42,7 +42,7 @@ from evolution.algorithms.consolidation import (
     episode_summary,
 )
 from evolution.algorithms.decay import days_since_reference, decay_plan
-from evolution.algorithms.hebbian import co_retrieval_pairs, hebbian_boosts
+from evolution.algorithms.hebbian import hebbian_boosts, timed_co_retrieval_pairs
 from evolution.algorithms.interference import apply_interference, interference_pairs
 from evolution.algorithms.retrieval import SHORT_WINDOW_DAYS, RetrievalProfile, strengthening
 from evolution.algorithms.text import word_set
@@ -658,31 +658,6 @@ class RetrievalBasedStrengthening:
 # -- HebbianCoRetrieval ---------------------------------------------------------------------------
 
 
-def pair_times(
-    sets: Sequence[Sequence[int]], set_times: Sequence[int], n: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Sorted unique pair keys (i * n + j, i < j) of every 2-combination of each set, with the earliest
-    and latest time (integer microseconds) of the sets that contain each pair."""
-    keys: list[npt.NDArray[np.int64]] = []
-    times: list[npt.NDArray[np.int64]] = []
-    for members, at in zip(sets, set_times, strict=True):
-        ids = np.unique(np.asarray(members, dtype=np.int64))
-        if ids.size < 2:
-            continue
-        a, b = np.triu_indices(ids.size, k=1)
-        keys.append(ids[a] * n + ids[b])
-        times.append(np.full(a.size, at, dtype=np.int64))
-    if not keys:
-        empty = np.empty(0, np.int64)
-        return empty, empty.copy(), empty.copy()
-    key = np.concatenate(keys)
-    t = np.concatenate(times)
-    order = np.lexsort((t, key))
-    key, t = key[order], t[order]
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    return key[starts], t[starts], np.maximum.reduceat(t, starts)
-
-
 def _pair_text(edge: tuple[Any, ...]) -> tuple[str, str]:
     """Sort key of a (source, target, ...) edge row: the ids as text, as the unique index orders them."""
     return str(edge[0]), str(edge[1])
@@ -733,7 +708,8 @@ class HebbianCoRetrieval:
             return np.asarray(found, dtype=np.int64)
 
         set_positions = [[pos(m) for m in members] for _, members, _ in sets]
-        counts = co_retrieval_pairs(set_positions)
+        # The counts and, per pair, the first and last time of the sets holding it, in one expansion.
+        counts = timed_co_retrieval_pairs(set_positions, [_micros(t) for _, _, t in sets])
         # The edges that matter: those of the pairs counted now, and those already strong enough to boost
         # (an edge below the threshold that no new set touches cannot boost anything this run).
         strong = selectors.co_retrieved_edges(workspace=workspace, min_count=threshold)
@@ -745,9 +721,8 @@ class HebbianCoRetrieval:
         edge_s = positions([e[1] for e in edges])
         edge_t = positions([e[2] for e in edges])
         n = len(ids)
-        keys, first, last = pair_times(set_positions, [_micros(t) for _, _, t in sets], n)
-        if keys.size != counts.counts.size or not np.array_equal(keys, counts.i.astype(np.int64) * n + counts.j):
-            raise AssertionError("pair expansion disagrees with co_retrieval_pairs")
+        keys = counts.i.astype(np.int64) * n + counts.j
+        first, last = counts.first, counts.last
         # Existing edges, either direction; a pair stored twice is counted on its older edge.
         edge_keys = np.minimum(edge_s, edge_t) * n + np.maximum(edge_s, edge_t)
         edge_order = np.lexsort((np.arange(edge_keys.size), edge_keys))

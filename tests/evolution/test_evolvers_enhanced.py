@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from evolution.algorithms.consolidation import WorkingItem, cluster_working
-from evolution.algorithms.hebbian import co_retrieval_pairs
 from evolution.algorithms.retrieval import retrieval_boost
-from evolution.evolvers.enhanced import cluster_buffer, pair_times
+from evolution.evolvers.enhanced import cluster_buffer
 from evolution.models import EvolutionRecord
 from memories.models import Edge, EdgeType, Memory, Workspace
 
@@ -289,19 +288,6 @@ def test_hebbian_counts_leave_graph_snapshots_alone_and_new_pairs_only_extend_th
     kit.run("HebbianCoRetrieval")
     # A new CO_RETRIEVED edge: snapshots append it (generation), nothing to rebuild (rewrites).
     assert counters() == (before[0] + 1, before[1])
-
-
-def test_pair_times_agree_with_co_retrieval_pairs() -> None:
-    rng = np.random.default_rng(3)
-    sets = [list(rng.choice(30, size=int(rng.integers(1, 8)), replace=True)) for _ in range(60)]
-    times = [int(t) for t in rng.integers(0, 10**9, size=len(sets))]
-    keys, first, last = pair_times(sets, times, 30)
-    counts = co_retrieval_pairs(sets)
-    assert np.array_equal(keys, counts.i.astype(np.int64) * 30 + counts.j)
-    for key, lo, hi in zip(keys.tolist(), first.tolist(), last.tolist(), strict=True):
-        i, j = divmod(key, 30)
-        containing = [t for s, t in zip(sets, times, strict=True) if i in s and j in s]
-        assert (lo, hi) == (min(containing), max(containing))
 
 
 # -- EnhancedWorkingToEpisodic --------------------------------------------------------------------

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from evolution.algorithms.hebbian import co_retrieval_pairs, hebbian_boosts
+from evolution.algorithms.hebbian import co_retrieval_pairs, hebbian_boosts, timed_co_retrieval_pairs
 
 
 def test_every_two_combination_of_a_result_set_is_counted_once() -> None:
@@ -105,3 +105,25 @@ def test_hebbian_never_exceeds_one_nor_lowers_retention(
     assert np.all(result.retention <= 1.0)
     assert np.all(result.retention >= retention)
     assert len(set(result.indices.tolist())) == result.indices.size
+
+
+def test_timed_pairs_count_like_co_retrieval_pairs_and_keep_the_first_and_last_time() -> None:
+    rng = np.random.default_rng(3)
+    sets = [list(rng.choice(30, size=int(rng.integers(1, 8)), replace=True)) for _ in range(60)]
+    times = [int(t) for t in rng.integers(0, 10**9, size=len(sets))]
+    timed = timed_co_retrieval_pairs(sets, times)
+    counts = co_retrieval_pairs(sets)
+    assert np.array_equal(timed.i, counts.i) and np.array_equal(timed.j, counts.j)
+    assert np.array_equal(timed.counts, counts.counts)
+    for i, j, lo, hi in zip(timed.i.tolist(), timed.j.tolist(), timed.first.tolist(), timed.last.tolist(), strict=True):
+        containing = [t for s, t in zip(sets, times, strict=True) if i in s and j in s]
+        assert (lo, hi) == (min(containing), max(containing))
+
+
+def test_timed_pairs_of_sets_without_pairs_are_empty_and_times_must_match_the_sets() -> None:
+    timed = timed_co_retrieval_pairs([[4], [], [4, 4]], [1, 2, 3])
+    assert timed.i.size == timed.counts.size == timed.first.size == timed.last.size == 0
+    with pytest.raises(ValueError, match="one entry per result set"):
+        timed_co_retrieval_pairs([[1, 2]], [1, 2])
+    with pytest.raises(ValueError, match="non-negative"):
+        timed_co_retrieval_pairs([[-1, 2]], [1])
