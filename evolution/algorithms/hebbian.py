@@ -34,6 +34,30 @@ class CoRetrievalCounts(NamedTuple):
     counts: IntArray
 
 
+def _expand_pairs(
+    result_sets: Sequence[Sequence[int]], per_set: Sequence[int]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """Every 2-combination (i < j) of the distinct members of each set, with its set's `per_set` value
+    (a weight, a time); None when no set has two distinct members. Positions must be non-negative."""
+    parts_i: list[npt.NDArray[np.int64]] = []
+    parts_j: list[npt.NDArray[np.int64]] = []
+    parts_v: list[npt.NDArray[np.int64]] = []
+    for members, value in zip(result_sets, per_set, strict=True):
+        ids = np.unique(np.asarray(members, dtype=np.int64))
+        if ids.size < 2:
+            continue
+        a, b = np.triu_indices(ids.size, k=1)
+        parts_i.append(ids[a])
+        parts_j.append(ids[b])
+        parts_v.append(np.full(a.size, value, dtype=np.int64))
+    if not parts_i:
+        return None
+    i = np.concatenate(parts_i)
+    if i.min() < 0:
+        raise ValueError("memory positions must be non-negative")
+    return i, np.concatenate(parts_j), np.concatenate(parts_v)
+
+
 def co_retrieval_pairs(
     result_sets: Sequence[Sequence[int]],
     weights: Sequence[int] | None = None,
@@ -45,29 +69,16 @@ def co_retrieval_pairs(
     """
     if weights is not None and len(weights) != len(result_sets):
         raise ValueError("weights must have one entry per result set")
-    parts_i: list[IntArray] = []
-    parts_j: list[IntArray] = []
-    parts_w: list[IntArray] = []
-    for s, members in enumerate(result_sets):
-        ids = np.unique(np.asarray(members, dtype=np.intp))
-        if ids.size < 2:
-            continue
-        a, b = np.triu_indices(ids.size, k=1)
-        parts_i.append(ids[a])
-        parts_j.append(ids[b])
-        parts_w.append(np.full(a.size, 1 if weights is None else int(weights[s]), dtype=np.intp))
-    if not parts_i:
+    per_set = [1] * len(result_sets) if weights is None else [int(w) for w in weights]
+    expanded = _expand_pairs(result_sets, per_set)
+    if expanded is None:
         empty = np.empty(0, dtype=np.intp)
         return CoRetrievalCounts(empty, empty.copy(), empty.copy())
-    i = np.concatenate(parts_i)
-    j = np.concatenate(parts_j)
-    w = np.concatenate(parts_w)
-    if i.min() < 0:
-        raise ValueError("memory positions must be non-negative")
-    key = i.astype(np.int64) * (int(j.max()) + 1) + j
+    i, j, w = expanded
+    key = i * (int(j.max()) + 1) + j
     uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     counts = np.bincount(inverse.ravel(), weights=w, minlength=uniq.size).astype(np.intp)
-    return CoRetrievalCounts(i[first], j[first], counts)
+    return CoRetrievalCounts(i[first].astype(np.intp), j[first].astype(np.intp), counts)
 
 
 class TimedCoRetrievalCounts(NamedTuple):
@@ -87,26 +98,12 @@ def timed_co_retrieval_pairs(result_sets: Sequence[Sequence[int]], times: Sequen
     """
     if len(times) != len(result_sets):
         raise ValueError("times must have one entry per result set")
-    parts_i: list[npt.NDArray[np.int64]] = []
-    parts_j: list[npt.NDArray[np.int64]] = []
-    parts_t: list[npt.NDArray[np.int64]] = []
-    for members, at in zip(result_sets, times, strict=True):
-        ids = np.unique(np.asarray(members, dtype=np.int64))
-        if ids.size < 2:
-            continue
-        a, b = np.triu_indices(ids.size, k=1)
-        parts_i.append(ids[a])
-        parts_j.append(ids[b])
-        parts_t.append(np.full(a.size, at, dtype=np.int64))
-    if not parts_i:
+    expanded = _expand_pairs(result_sets, times)
+    if expanded is None:
         empty = np.empty(0, dtype=np.intp)
         never = np.empty(0, dtype=np.int64)
         return TimedCoRetrievalCounts(empty, empty.copy(), empty.copy(), never, never.copy())
-    i = np.concatenate(parts_i)
-    j = np.concatenate(parts_j)
-    t = np.concatenate(parts_t)
-    if i.min() < 0:
-        raise ValueError("memory positions must be non-negative")
+    i, j, t = expanded
     key = i * (int(j.max()) + 1) + j
     order = np.lexsort((t, key))
     key, i, j, t = key[order], i[order], j[order], t[order]
