@@ -53,18 +53,23 @@ class RetrievalProfile:
     def __len__(self) -> int:
         return int(self.total_count.shape[0])
 
+    def count_columns(self) -> dict[str, IntArray | FloatArray]:
+        """The seed's profile keys but the age, in the seed's order, with the array holding each."""
+        return {
+            "total_count": self.total_count,
+            "search_count": self.search_count,
+            "avg_search_rank": self.avg_rank,
+            "velocity_7d": self.velocity_7d,
+            "velocity_30d": self.velocity_30d,
+            "top1_count": self.top1_count,
+        }
+
     def as_dict(self, k: int) -> dict[str, float | int | None]:
         """The JSON profile of memory `k` (keys as the seed's metadata["retrieval__profile"])."""
         last = float(self.last_retrieved_days_ago[k])
-        return {
-            "total_count": int(self.total_count[k]),
-            "search_count": int(self.search_count[k]),
-            "avg_search_rank": float(self.avg_rank[k]),
-            "velocity_7d": float(self.velocity_7d[k]),
-            "velocity_30d": float(self.velocity_30d[k]),
-            "top1_count": int(self.top1_count[k]),
-            "last_retrieved_days_ago": last if math.isfinite(last) else None,
-        }
+        profile: dict[str, float | int | None] = {key: column[k].item() for key, column in self.count_columns().items()}
+        profile["last_retrieved_days_ago"] = last if math.isfinite(last) else None
+        return profile
 
 
 def profiles_from_events(

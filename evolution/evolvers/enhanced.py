@@ -508,32 +508,18 @@ class StoredProfiles:
     """
 
     def __init__(self, profile: RetrievalProfile, last_at: FloatArray) -> None:
-        self.columns = (
-            profile.total_count.tolist(),
-            profile.search_count.tolist(),
-            profile.avg_rank.tolist(),
-            profile.velocity_7d.tolist(),
-            profile.velocity_30d.tolist(),
-            profile.top1_count.tolist(),
-        )
+        self.columns = {key: column.tolist() for key, column in profile.count_columns().items()}
         self.last_at = last_at.tolist()
         self.texts: dict[float, str] = {}
 
     def __getitem__(self, k: int) -> dict[str, Any]:
-        total, search, rank, v7, v30, top1 = self.columns
         at = self.last_at[k]
         text = self.texts.get(at)
         if text is None:
             text = self.texts[at] = datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
-        return {
-            "total_count": total[k],
-            "search_count": search[k],
-            "avg_search_rank": rank[k],
-            "velocity_7d": v7[k],
-            "velocity_30d": v30[k],
-            "top1_count": top1[k],
-            "last_retrieved_at": text,
-        }
+        stored: dict[str, Any] = {key: column[k] for key, column in self.columns.items()}
+        stored["last_retrieved_at"] = text
+        return stored
 
 
 def _profile_value(stored: Any) -> Any:
