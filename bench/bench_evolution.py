@@ -287,7 +287,7 @@ def naive_working(workspace: Any, now: datetime) -> int:
     for mid in ids:
         if mid in assigned:
             continue
-        seed = Memory.objects.get(id=mid)
+        seed = Memory.objects.select_related("score").get(id=mid)
         members = [seed]
         for other in buffer.exclude(id__in=[*assigned, mid]):
             if (
@@ -312,7 +312,7 @@ def naive_decay(workspace: Any, ids: list[uuid.UUID], now: datetime) -> int:
     from memories.models import Memory
 
     for mid in ids:
-        m = Memory.objects.get(id=mid)
+        m = Memory.objects.select_related("score").get(id=mid)
         reference = m.last_accessed or m.valid_from or m.created_at
         days = max((now - reference).total_seconds() / 86_400, 0.0)
         retention = math.exp(-days / (m.stability or 30.0))
@@ -344,7 +344,7 @@ def naive_interference(workspace: Any, candidates: list[uuid.UUID], now: datetim
     position = {mid: k for k, mid in enumerate(all_ids)}
     seen: set[tuple[uuid.UUID, uuid.UUID]] = set()
     for mid in candidates:
-        m = Memory.objects.get(id=mid)
+        m = Memory.objects.select_related("score").get(id=mid)
         vector = from_bytes(bytes(m.embedding or b""), 256)
         sims = matrix @ vector
         sims[position[mid]] = -np.inf
@@ -357,12 +357,12 @@ def naive_interference(workspace: Any, candidates: list[uuid.UUID], now: datetim
                 continue
             seen.add(pair)
             for end in pair:
-                row = Memory.objects.get(id=end)
+                row = Memory.objects.select_related("score").get(id=end)
                 before = row.retention_score
                 row.retention_score = before * (1 - float(sims[k]) * 0.05)
                 row.save(update_fields=["retention_score"])
                 naive_record(workspace, "naive-interference", "decay", end, before, row.retention_score, now)
-        m = Memory.objects.get(id=mid)
+        m = Memory.objects.select_related("score").get(id=mid)
         m.metadata = {**m.metadata, "interference_checked": f"{zlib.crc32(bytes(m.embedding or b'')):08x}"}
         m.save(update_fields=["metadata"])
     return len(candidates)
@@ -373,7 +373,7 @@ def naive_strengthening(workspace: Any, ids: list[uuid.UUID], now: datetime) -> 
 
     used = ("search", "get", "context", "helpful")
     for mid in ids:
-        m = Memory.objects.get(id=mid)
+        m = Memory.objects.select_related("score").get(id=mid)
         events = list(RetrievalEvent.objects.filter(memory_id=mid, source__in=used))
         total = len(events)
         ranks = [e.rank for e in events if e.source == "search"]
@@ -449,7 +449,7 @@ def naive_hebbian_boosts(workspace: Any, ids: list[uuid.UUID], now: datetime) ->
         best = max(counts, default=0)
         if best < 3:
             continue
-        m = Memory.objects.get(id=mid)
+        m = Memory.objects.select_related("score").get(id=mid)
         before = m.retention_score
         m.retention_score = min(1.0, before + min(0.3, (best - 3) * 0.02))
         m.save(update_fields=["retention_score"])

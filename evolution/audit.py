@@ -178,7 +178,11 @@ def record_revert_plan(record: EvolutionRecord) -> None:
         )
     memory_fields = {k: v for k, v in record.after.items() if _is_uuid(k)}
     if memory_fields:
-        current = Memory.objects.filter(workspace=record.workspace, id__in=list(memory_fields)).in_bulk()
+        current = (
+            Memory.objects.select_related("score")
+            .filter(workspace=record.workspace, id__in=list(memory_fields))
+            .in_bulk()
+        )
         for mid, fields in memory_fields.items():
             memory = current.get(uuid.UUID(mid))
             if memory is None:
@@ -233,7 +237,11 @@ def record_apply_revert(record: EvolutionRecord) -> dict[str, Any]:
     restored: dict[str, Any] = {}
     memory_fields = {k: v for k, v in record.before.items() if _is_uuid(k)}
     if memory_fields:
-        memories = Memory.objects.filter(workspace=record.workspace, id__in=list(memory_fields)).in_bulk()
+        memories = (
+            Memory.objects.select_related("score")
+            .filter(workspace=record.workspace, id__in=list(memory_fields))
+            .in_bulk()
+        )
         by_fields: dict[tuple[str, ...], list[Memory]] = {}
         for mid, fields in memory_fields.items():
             memory = memories[uuid.UUID(mid)]

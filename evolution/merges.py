@@ -83,7 +83,7 @@ def merge_fields(*, workspace: Workspace, ids: Sequence[str]) -> dict[str, tuple
     for start in range(0, len(ids), _IN_CHUNK):
         chunk = list(ids[start : start + _IN_CHUNK])
         for mid, tags, retention, content in Memory.objects.filter(workspace=workspace, id__in=chunk).values_list(
-            IdText("id"), "tags", "retention_score", "content"
+            IdText("id"), "tags", "score__retention_score", "content"
         ):
             found[mid] = (list(tags or []), float(retention), content)
     return found

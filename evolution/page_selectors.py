@@ -33,11 +33,15 @@ def as_uuids(values: Iterable[Any]) -> list[uuid.UUID]:
 
 
 def memories_shown(*, workspace: Workspace, ids: Iterable[Any]) -> dict[uuid.UUID, Memory]:
-    """Memory rows (no embedding) of the ids that exist in the workspace, keyed by id."""
+    """Memory rows (no embedding, scores joined) of the ids that exist in the workspace, keyed by id."""
     wanted = as_uuids(ids)
     found: dict[uuid.UUID, Memory] = {}
     for start in range(0, len(wanted), _IN_CHUNK):
-        rows = Memory.objects.filter(workspace=workspace, id__in=wanted[start : start + _IN_CHUNK]).defer("embedding")
+        rows = (
+            Memory.objects.select_related("score")
+            .filter(workspace=workspace, id__in=wanted[start : start + _IN_CHUNK])
+            .defer("embedding")
+        )
         found.update((m.id, m) for m in rows)
     return found
 

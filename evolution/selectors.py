@@ -201,7 +201,7 @@ def decay_rows(
         workspace=workspace, status=Status.ACTIVE, memory_type__in=list(memory_types)
     ).values_list(
         "id",
-        "retention_score",
+        "score__retention_score",
         "stability",
         EpochSeconds("last_accessed"),
         EpochSeconds("valid_from"),
@@ -217,7 +217,7 @@ def embedding_rows(*, workspace: Workspace) -> list[tuple[str, float, bytes, str
         Memory.objects.filter(workspace=workspace, status=Status.ACTIVE, embedding__isnull=False)
         .order_by("created_at", "id")
         # KT: the marker as text, without decoding a JSON value per row.
-        .values_list("id", "retention_score", "embedding", KT(f"metadata__{INTERFERENCE_MARKER}"))
+        .values_list("id", "score__retention_score", "embedding", KT(f"metadata__{INTERFERENCE_MARKER}"))
     )
     raw = _raw_rows(rows)
     ids = id_texts([row[0] for row in raw])
@@ -231,13 +231,13 @@ def retention_rows(*, workspace: Workspace) -> list[tuple[str, float, float, Any
     Left encoded: the strengthening evolver decodes only the profiles it may change (a fifth of 100k).
     """
     rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE).values_list(
-        "id", "retention_score", EpochSeconds("created_at"), "retrieval_profile"
+        "id", "score__retention_score", EpochSeconds("created_at"), "score__retrieval_profile"
     )
     return _id_rows(rows, 0)
 
 
 def active_retention(*, workspace: Workspace) -> list[tuple[str, float]]:
-    rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE).values_list("id", "retention_score")
+    rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE).values_list("id", "score__retention_score")
     return _id_rows(rows, 0)
 
 

@@ -17,13 +17,13 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.db import connection, models
 from django.db.models.base import ModelState
 from django.db.models.fields.json import JSONField
 
-from memories.models import Memory
+from memories.models import Memory, MemoryScore
 
 M = TypeVar("M", bound=models.Model)
 Converter = Callable[[Any], Any]
@@ -46,7 +46,8 @@ def new_instance(model: type[M], values: dict[str, Any], related: dict[str, mode
 
     Model.__init__ runs a descriptor __set__ per field, which dominates building 100k rows; a new
     instance needs only its field values (defaults filled in here) and a fresh ModelState. Callable
-    defaults run only for fields missing from `values`. `related` pre-fills the FK cache.
+    defaults run only for fields missing from `values`. `related` pre-fills the FK cache. A name of
+    `values` that is a property of the model (Memory's scores) is set through it.
     """
     spec = _defaults.get(model)
     if spec is None:
@@ -55,12 +56,19 @@ def new_instance(model: type[M], values: dict[str, Any], related: dict[str, mode
     for name, factory in spec.factories:
         if name not in values:
             data[name] = factory()
+    properties = {name: value for name, value in values.items() if name not in spec.static}
     data.update(values)
+    for name in properties:
+        del data[name]
     obj = model.__new__(model)
-    obj.__dict__.update(data)
     obj._state = ModelState()
     if related:
         obj._state.fields_cache.update(related)
+    obj.__dict__.update(data)
+    for name, value in properties.items():
+        if not isinstance(getattr(model, name, None), property):
+            raise TypeError(f"{model.__name__} has no field or property {name!r}")
+        setattr(obj, name, value)
     return obj
 
 
@@ -152,6 +160,15 @@ def bulk_insert(model: type[M], objs: Sequence[M], *, chunk: int = 2000, ignore_
     for obj in objs:
         obj._state.adding = False
         obj._state.db = connection.alias
+    if model is Memory:
+        # Every memory has its scores row (the defaults unless the instance was given others).
+        scores = [
+            m.score_for_insert()
+            if m.score_loaded()
+            else new_instance(MemoryScore, {"memory_id": m.pk, "workspace_id": m.workspace_id})
+            for m in cast(Sequence[Memory], objs)
+        ]
+        bulk_insert(MemoryScore, scores, chunk=chunk)
 
 
 def _index_fts(cursor: Any, memories: Sequence[Memory]) -> None:

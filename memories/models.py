@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from typing import ClassVar
+from collections.abc import Iterable
+from typing import Any, ClassVar
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.urls import reverse
 from django.utils import timezone
 
@@ -132,6 +133,42 @@ class Membership(models.Model):
         return self.role in (Role.OWNER, Role.EDITOR)
 
 
+class MemoryQuerySet(models.QuerySet["Memory"]):
+    def bulk_create(self, objs: Iterable[Memory], *args: Any, **kwargs: Any) -> list[Memory]:
+        """Insert the memories, then their scores rows (ignore_conflicts/update_conflicts are refused:
+        a skipped memory would leave its scores row without knowing it)."""
+        if kwargs.get("ignore_conflicts") or kwargs.get("update_conflicts"):
+            raise ValueError("Memory.objects.bulk_create does not support conflict handling")
+        created = super().bulk_create(objs, *args, **kwargs)
+        rows = []
+        for memory in created:
+            rows.append(memory.score_for_insert())
+        MemoryScore.objects.bulk_create(rows, batch_size=kwargs.get("batch_size"))
+        return created
+
+    def update(self, **kwargs: Any) -> int:
+        """UPDATE the selected memories; score fields update their scores rows (first, while the filter
+        still selects what it selected)."""
+        scores = {name: kwargs.pop(name) for name in list(kwargs) if name in Memory.SCORE_FIELDS}
+        updated = MemoryScore.objects.filter(memory__in=self.values("pk")).update(**scores) if scores else 0
+        return super().update(**kwargs) if kwargs else updated
+
+    def bulk_update(self, objs: Iterable[Memory], fields: Iterable[str], batch_size: int | None = None) -> int:
+        """Update `fields` of the memories; score fields go to their scores rows (read if not loaded)."""
+        objs = list(objs)
+        names = list(fields)
+        own = [n for n in names if n not in Memory.SCORE_FIELDS]
+        scores = [n for n in names if n in Memory.SCORE_FIELDS]
+        updated = super().bulk_update(objs, own, batch_size=batch_size) if own else 0
+        if scores:
+            rows = [memory.score_row() for memory in objs]
+            updated = max(updated, MemoryScore.objects.bulk_update(rows, scores, batch_size=batch_size))
+        return updated
+
+
+MemoryManager = models.Manager.from_queryset(MemoryQuerySet)
+
+
 class Memory(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # No single-column index: every composite index below leads with workspace.
@@ -160,11 +197,10 @@ class Memory(models.Model):
     # decayed activation at any instant when half-lives are equal, so "activation now" is indexable.
     activation_sort_key = models.FloatField(default=0.0)
 
-    retention_score = models.FloatField(default=1.0)
+    # retention_score and retrieval_profile live in MemoryScore (properties below).
     stability = models.FloatField(default=30.0)
     access_count = models.PositiveIntegerField(default=0)
     last_accessed = models.DateTimeField(null=True, blank=True)
-    retrieval_profile = models.JSONField(default=dict, blank=True)
 
     conflicts_with = models.JSONField(default=list, blank=True)
     replace_log = models.JSONField(default=list, blank=True)
@@ -187,6 +223,11 @@ class Memory(models.Model):
     valid_to = models.DateTimeField(null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
 
+    objects = MemoryManager()
+
+    # Fields of MemoryScore that a memory reads and writes as its own (constructor keywords included).
+    SCORE_FIELDS: ClassVar[frozenset[str]] = frozenset({"retention_score", "retrieval_profile"})
+
     class Meta:
         verbose_name_plural = "memories"
         indexes: ClassVar = [
@@ -198,13 +239,32 @@ class Memory(models.Model):
             models.Index(fields=["workspace", "memory_type", "subject"], name="mem_ws_type_subject"),
             # Memory list sorted by activation now (see activation_sort_key).
             models.Index(fields=["workspace", "activation_sort_key"], name="mem_ws_actkey"),
-            # Memory list sorted by last access and by retention.
+            # Memory list sorted by last access (by retention: MemoryScore's index).
             models.Index(fields=["workspace", "last_accessed"], name="mem_ws_accessed"),
-            models.Index(fields=["workspace", "retention_score"], name="mem_ws_retention"),
         ]
 
     def __str__(self) -> str:
         return f"{self.memory_type}: {self.content[:60]}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Save the memory and its scores row: inserted with a new memory, saved when loaded (or named in
+        update_fields) for an existing one."""
+        adding = self._state.adding
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None:
+            names = set(update_fields)
+            scores = names & self.SCORE_FIELDS
+            if names - scores or not scores:
+                super().save(*args, **{**kwargs, "update_fields": names - scores})
+            if scores:
+                self.score_row().save(update_fields=sorted(scores))
+            return
+        with transaction.atomic(savepoint=False):
+            super().save(*args, **kwargs)
+            if adding:
+                self.score_for_insert().save(force_insert=True)
+            elif self.score_loaded():
+                self.score.save()
 
     def get_absolute_url(self) -> str:
         return reverse("memories:detail", kwargs={"ws": self.workspace.slug, "memory_id": self.id})
@@ -212,6 +272,70 @@ class Memory(models.Model):
     @property
     def is_user_authored(self) -> bool:
         return self.origin_tier == 1
+
+    # -- the scores row --------------------------------------------------------------------------
+
+    def score_loaded(self) -> bool:
+        """True when this memory holds its MemoryScore (select_related("score"), a read or a new row)."""
+        return Memory.score.related.is_cached(self)
+
+    def score_row(self) -> MemoryScore:
+        """This memory's MemoryScore: the one it holds, a new one with the defaults for a memory not saved
+        yet, else read (one query; list queries select_related("score") instead)."""
+        if self.score_loaded() or not self._state.adding:
+            return self.score
+        row = MemoryScore(memory=self, workspace_id=self.workspace_id)
+        Memory.score.related.set_cached_value(self, row)
+        return row
+
+    def score_for_insert(self) -> MemoryScore:
+        """The scores row to insert with this memory: the one it was given, or the defaults."""
+        row = self.score if self.score_loaded() else MemoryScore()
+        row.memory = self
+        row.workspace_id = self.workspace_id
+        return row
+
+    @property
+    def retention_score(self) -> float:
+        return self.score_row().retention_score
+
+    @retention_score.setter
+    def retention_score(self, value: float) -> None:
+        self.score_row().retention_score = value
+
+    @property
+    def retrieval_profile(self) -> dict[str, Any]:
+        profile: dict[str, Any] = self.score_row().retrieval_profile
+        return profile
+
+    @retrieval_profile.setter
+    def retrieval_profile(self, value: dict[str, Any]) -> None:
+        self.score_row().retrieval_profile = value
+
+
+class MemoryScore(models.Model):
+    """The scores the evolution cycle rewrites in bulk, one row per memory (`Memory.SCORE_FIELDS`).
+
+    A cycle rewrites the retention of tens of thousands of memories two or three times. In the memory row
+    (~1.4 KB with its embedding, two or three to a page) every such UPDATE rewrote most pages of the table
+    into the WAL: 292 MB per bench cycle, ~1.8 s of commits and a ~1.8 s checkpoint. These rows are ~170
+    bytes: the same UPDATEs wrote 51 MB (raw SQLite, 132k updates; see docs/evolution.md, Scale).
+    `workspace` repeats the memory's, so the retention index can serve the memory list's sort by retention.
+    """
+
+    memory = models.OneToOneField(Memory, on_delete=models.CASCADE, primary_key=True, related_name="score")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+", db_index=False)
+    retention_score = models.FloatField(default=1.0)
+    retrieval_profile = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        indexes: ClassVar = [
+            # Memory list sorted by retention, then by id (= memory), the keyset of its pages.
+            models.Index(fields=["workspace", "retention_score", "memory"], name="score_ws_retention"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.memory_id}: retention {self.retention_score:.3f}"
 
 
 class Edge(models.Model):

@@ -87,7 +87,7 @@ def parse_memory_id(value: object, *, field: str = "id") -> uuid.UUID:
 def memory_get(*, workspace: Workspace, memory_id: object, field: str = "id") -> Memory:
     """Return one memory of `workspace`; an id of another workspace is NotFound like a missing one."""
     mid = parse_memory_id(memory_id, field=field)
-    memory = Memory.objects.filter(workspace=workspace, id=mid).first()
+    memory = Memory.objects.select_related("score").filter(workspace=workspace, id=mid).first()
     if memory is None:
         raise NotFound(f"{field}: no memory {mid} in workspace {workspace.slug!r}", field=field)
     return memory
@@ -98,7 +98,7 @@ def memories_by_ids(*, workspace: Workspace, ids: Sequence[uuid.UUID | str]) -> 
     id_list = list(ids)
     for start in range(0, len(id_list), 900):
         chunk = id_list[start : start + 900]
-        for memory in Memory.objects.filter(workspace=workspace, id__in=chunk):
+        for memory in Memory.objects.select_related("score").filter(workspace=workspace, id__in=chunk):
             found[memory.id] = memory
     return found
 
@@ -342,8 +342,9 @@ ORDERINGS: dict[str, tuple[str, bool]] = {
     "-updated": ("updated_at", True),
     "activation": ("activation_sort_key", False),
     "-activation": ("activation_sort_key", True),
-    "retention": ("retention_score", False),
-    "-retention": ("retention_score", True),
+    # In MemoryScore; a memory reads it as its retention_score property.
+    "retention": ("score__retention_score", False),
+    "-retention": ("score__retention_score", True),
     "accessed": ("last_accessed", False),
     "-accessed": ("last_accessed", True),
 }
@@ -372,6 +373,7 @@ class MemoryPage:
 
 
 _NULLABLE_COLUMNS = frozenset({"last_accessed"})
+_SCORE_PREFIX = "score__"
 _DATETIME_COLUMNS = frozenset({"created_at", "updated_at", "last_accessed"})
 
 
@@ -476,9 +478,14 @@ def memory_list(
     if not 1 <= limit <= 500:
         raise InvalidInput("limit: must be between 1 and 500", field="limit")
     column, desc = ORDERINGS[ordering]
+    attribute = column.removeprefix(_SCORE_PREFIX)
     op = "lt" if desc else "gt"
     nullable = column == "last_accessed"
     qs = memory_queryset(workspace=workspace, filters=filters, plan_probes=plan_probes)
+    if column != attribute:
+        # The scores row's own workspace column: the join becomes an inner one and SQLite walks the
+        # score_ws_retention index in order, as it walks the memory table's indexes for other orderings.
+        qs = qs.filter(score__workspace=workspace)
     if cursor:
         value, last_id = decode_cursor(cursor, ordering)
         if value is None:
@@ -494,13 +501,15 @@ def memory_list(
                 bound |= Q(**{f"{column}__isnull": True})
             qs = qs.filter(bound, after)
     primary = F(column).desc(nulls_last=True) if desc else F(column).asc(nulls_last=True)
-    qs = qs.order_by(primary, "-id" if desc else "id")
-    rows = list(qs.defer("embedding", "snapshots")[: limit + 1])
+    # The same id; named on the scores row when sorting by a score, so its index covers the whole order.
+    tie = "score__memory_id" if column != attribute else "id"
+    qs = qs.order_by(primary, f"-{tie}" if desc else tie)
+    rows = list(qs.select_related("score").defer("embedding", "snapshots")[: limit + 1])
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]
         last = rows[-1]
-        next_cursor = encode_cursor(ordering, getattr(last, column), last.id)
+        next_cursor = encode_cursor(ordering, getattr(last, attribute), last.id)
     return MemoryPage(results=rows, next_cursor=next_cursor)
 
 

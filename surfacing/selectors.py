@@ -22,7 +22,7 @@ from django.db.models import Max
 
 from memories.algorithms.activation import decayed_activation_array
 from memories.algorithms.embedding import stack_embeddings
-from memories.models import Memory, MemoryType, Status, Workspace
+from memories.models import Memory, MemoryScore, MemoryType, Status, Workspace
 from memories.selectors import as_uuid
 from surfacing.algorithms.anchors import AnchorInfo
 from surfacing.pins import pin_store
@@ -344,11 +344,12 @@ def memory_details(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uu
     if not unique:
         return {}
     table = Memory._meta.db_table
+    scores = MemoryScore._meta.db_table
     placeholders = ",".join(["%s"] * len(unique))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT id, workspace_id, content, memory_type, retention_score, metadata FROM {table} "
-            f"WHERE id IN ({placeholders})",
+            f"SELECT m.id, m.workspace_id, m.content, m.memory_type, s.retention_score, m.metadata FROM {table} m "
+            f"LEFT JOIN {scores} s ON s.memory_id = m.id WHERE m.id IN ({placeholders})",
             _sql_ids(unique),
         )
         rows = cursor.fetchall()

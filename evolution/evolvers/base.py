@@ -31,7 +31,7 @@ from django.db.models import JSONField
 from evolution import audit
 from evolution.models import EvolutionRecord, EvolutionRun, RecordLink
 from memories.errors import InvalidInput
-from memories.models import Memory, Workspace
+from memories.models import Memory, MemoryScore, Workspace
 
 # Memories per record. A record is the unit of a single revert; 500 keeps a record's JSON well under a
 # megabyte while a 100k-memory cycle writes a few hundred records instead of a hundred thousand.
@@ -245,8 +245,23 @@ def write_rows(model: type[models.Model], fields: Sequence[str], rows: Iterable[
 
     One prepared statement run with executemany in batches of WRITE_BATCH. Django's bulk_update builds
     a CASE WHEN expression per batch and measured 13x slower on 100k SQLite rows; values are stored
-    exactly as a model save would store them (see `_column`).
+    exactly as a model save would store them (see `_column`). Memory's score fields (`Memory.SCORE_FIELDS`)
+    go to MemoryScore, keyed by the same memory id.
     """
+    if model is Memory and Memory.SCORE_FIELDS.intersection(fields):
+        rows = rows if isinstance(rows, list) else list(rows)
+        for target, names in (
+            (Memory, [n for n in fields if n not in Memory.SCORE_FIELDS]),
+            (MemoryScore, [n for n in fields if n in Memory.SCORE_FIELDS]),
+        ):
+            if names:
+                at = [fields.index(n) for n in names]
+                _write_rows(target, names, [(*(row[k] for k in at), row[-1]) for row in rows])
+        return len(rows)
+    return _write_rows(model, fields, rows)
+
+
+def _write_rows(model: type[models.Model], fields: Sequence[str], rows: Iterable[tuple[Any, ...]]) -> int:
     meta = model._meta
     pk = meta.pk
     assert pk is not None
@@ -265,9 +280,10 @@ def write_rows(model: type[models.Model], fields: Sequence[str], rows: Iterable[
 def _write_sqlite_rows(meta: Any, sets: str, converters: Sequence[Converter], rows: list[tuple[Any, ...]]) -> int:
     """SQLite: the same UPDATEs by rowid, in rowid order (returns the rows given).
 
-    Rows are ~1.4 KB (embedding inline), so an update rewrites a page holding two or three rows: in table
-    order each page is dirtied once while it is hot, where primary-key order (a random UUID) went through
-    the key's index and revisited pages across the whole table (measured ~30% slower on 45k updates). A row
+    Memory rows are ~1.4 KB (embedding inline), so an update rewrites a page holding two or three rows: in
+    table order each page is dirtied once while it is hot, where primary-key order (a random UUID) went
+    through the key's index and revisited pages across the whole table (measured ~30% slower on 45k
+    updates). Score rows share the memory's key and the same reasoning, 20-odd to a page. A row
     whose key is not found is left out, as the UPDATE by key would have matched nothing.
     """
     qn = connection.ops.quote_name
@@ -277,8 +293,10 @@ def _write_sqlite_rows(meta: Any, sets: str, converters: Sequence[Converter], ro
     if isinstance(pk, models.AutoField | models.BigAutoField | models.SmallAutoField):
         located = sorted((int(row[-1]), k) for k, row in enumerate(rows))
     else:
-        # As `_column` stores the key: UUIDs as 32 hex digits, other keys as they are.
-        if isinstance(pk, models.UUIDField):
+        # As `_column` stores the key: UUIDs (a UUID key of a one-to-one key too) as 32 hex digits, other
+        # keys as they are.
+        target = pk.target_field if isinstance(pk, models.ForeignKey) else pk
+        if isinstance(target, models.UUIDField):
             keys = [(v if isinstance(v, str) else str(v)).replace("-", "") for v in (row[-1] for row in rows)]
         else:
             keys = [row[-1] for row in rows]

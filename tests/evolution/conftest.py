@@ -14,7 +14,7 @@ import pytest
 from evolution import services
 from evolution.models import EvolutionRun
 from memories.algorithms.embedding import to_bytes
-from memories.models import Edge, EdgeType, Memory, RetrievalEvent, Workspace
+from memories.models import Edge, EdgeType, Memory, MemoryScore, RetrievalEvent, Workspace
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -76,8 +76,9 @@ class EvolutionKit:
         )
 
     def memory_rows(self, ws: Workspace | None = None) -> dict[Any, tuple[Any, ...]]:
-        """Every field of every memory of the workspace, by id (blobs as bytes)."""
+        """Every field of every memory of the workspace and of its scores row, by id (blobs as bytes)."""
         names = [f.attname for f in Memory._meta.concrete_fields]
+        names += [f"score__{f.attname}" for f in MemoryScore._meta.concrete_fields if not f.primary_key]
         rows = Memory.objects.filter(workspace=ws or self.workspace).values_list(*names)
         return {row[0]: tuple(bytes(v) if isinstance(v, memoryview) else v for v in row) for row in rows}
 
@@ -94,7 +95,7 @@ class EvolutionKit:
 
     @staticmethod
     def retention(m: Memory) -> float:
-        return Memory.objects.values_list("retention_score", flat=True).get(id=m.id)
+        return Memory.objects.values_list("score__retention_score", flat=True).get(id=m.id)
 
 
 @pytest.fixture

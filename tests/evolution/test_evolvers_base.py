@@ -124,7 +124,7 @@ def test_a_large_write_in_table_order_changes_exactly_the_rows_it_names(
     rows = [(0.5, str(memories[4].id)), (0.25, memories[1].id), (0.75, str(uuid.uuid4())), (0.125, str(memories[0].id))]
     assert write_rows(Memory, ["retention_score"], rows) == 4
     assert write_rows(Edge, ["co_retrieval_count"], [(7, b.pk), (3, a.pk)]) == 2
-    scores = dict(Memory.objects.values_list("id", "retention_score"))
+    scores = dict(Memory.objects.values_list("id", "score__retention_score"))
     assert [scores[m.id] for m in memories] == [0.125, 0.25, 1.0, 1.0, 0.5, 1.0]
     assert dict(Edge.objects.values_list("id", "co_retrieval_count")) == {a.pk: 3, b.pk: 7}
 

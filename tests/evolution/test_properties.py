@@ -133,7 +133,7 @@ def build(kit: Any, spec: dict[str, Any]) -> Workspace:
 
 
 def bounded(ws: Workspace) -> bool:
-    values = Memory.objects.filter(workspace=ws).values_list("retention_score", "activation_score")
+    values = Memory.objects.filter(workspace=ws).values_list("score__retention_score", "activation_score")
     return all(0.0 <= r <= 1.0 and 0.0 <= a <= 1.0 for r, a in values)
 
 

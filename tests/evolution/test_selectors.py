@@ -27,7 +27,7 @@ def test_id_text_and_epoch_seconds_match_python(kit: Any) -> None:
 
 def test_raw_rows_keep_the_requested_column_order(kit: Any) -> None:
     kit.mem("x", retention_score=0.25, metadata={"k": [1, 2]})
-    query = Memory.objects.values_list("retention_score", selectors.IdText("id"), "content", "metadata")
+    query = Memory.objects.values_list("score__retention_score", selectors.IdText("id"), "content", "metadata")
     (raw,) = selectors._raw_rows(query)
     (converted,) = list(query)
     assert raw[:3] == converted[:3]

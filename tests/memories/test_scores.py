@@ -1,0 +1,181 @@
+"""MemoryScore: every memory has exactly one scores row, written and read through the memory's own API."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from memories import selectors, services
+from memories.bulk import bulk_insert, new_instance
+from memories.inputs import MemoryInput
+from memories.models import Memory, MemoryScore, Status, Workspace
+from memories.selectors import MemoryFilters
+
+pytestmark = [pytest.mark.django_db, pytest.mark.api]
+
+
+def scores() -> dict[uuid.UUID, tuple[int, float, dict[str, Any]]]:
+    return {
+        mid: (ws, retention, profile)
+        for mid, ws, retention, profile in MemoryScore.objects.values_list(
+            "memory_id", "workspace_id", "retention_score", "retrieval_profile"
+        )
+    }
+
+
+def test_every_way_of_creating_a_memory_gives_it_one_scores_row(workspace: Workspace, user: Any) -> None:
+    created = [
+        Memory.objects.create(workspace=workspace, content="create"),
+        Memory.objects.create(workspace=workspace, content="given", retention_score=0.25, retrieval_profile={"n": 1}),
+        services.memory_create(workspace=workspace, actor=user, item=MemoryInput(content="service")),
+        *services.memories_create(
+            workspace=workspace, actor=user, items=[MemoryInput(content=f"batch {k}") for k in range(3)]
+        ),
+        *Memory.objects.bulk_create(
+            [Memory(workspace=workspace, content="bulk"), Memory(workspace=workspace, content="b", retention_score=0.5)]
+        ),
+    ]
+    saved = Memory(workspace=workspace, content="saved", retention_score=0.75)
+    saved.save()
+    created.append(saved)
+    rows = scores()
+    assert set(rows) == {m.id for m in created} == set(Memory.objects.values_list("id", flat=True))
+    assert {ws for ws, _, _ in rows.values()} == {workspace.pk}
+    assert rows[created[1].id][1:] == (0.25, {"n": 1})
+    assert rows[created[-2].id][1] == 0.5
+    assert rows[saved.id][1] == 0.75
+    assert rows[created[0].id][1:] == (1.0, {})
+
+
+def test_the_fast_bulk_path_keeps_scores_given_to_new_instances(workspace: Workspace) -> None:
+    memories = [
+        new_instance(Memory, {"workspace_id": workspace.pk, "content": "fast", "retention_score": 0.125}),
+        new_instance(Memory, {"workspace_id": workspace.pk, "content": "default"}),
+    ]
+    bulk_insert(Memory, memories)
+    rows = scores()
+    assert [rows[m.id][1] for m in memories] == [0.125, 1.0]
+    with pytest.raises(TypeError, match="no field or property 'retention'"):
+        new_instance(Memory, {"workspace_id": workspace.pk, "content": "typo", "retention": 0.5})
+
+
+def test_a_memory_reads_and_saves_its_scores_as_its_own_fields(make_memory: Callable[..., Memory]) -> None:
+    memory = make_memory("original")
+    fresh = Memory.objects.get(id=memory.id)
+    fresh.content = "not saved"
+    fresh.retention_score = 0.4
+    fresh.save(update_fields=["retention_score"])
+    again = Memory.objects.get(id=memory.id)
+    assert (again.content, again.retention_score) == ("original", 0.4)
+    again.retention_score = 0.9
+    again.content = "saved"
+    again.save(update_fields=["content"])
+    again.refresh_from_db()
+    assert (again.content, again.retention_score) == ("saved", 0.4)
+    again.retention_score = 0.3
+    again.retrieval_profile = {"total": 2}
+    again.save()
+    assert Memory.objects.select_related("score").get(id=memory.id).retrieval_profile == {"total": 2}
+    assert MemoryScore.objects.get(memory=memory).retention_score == 0.3
+
+
+def test_queryset_update_writes_scores_of_the_rows_the_filter_selected(make_memory: Callable[..., Memory]) -> None:
+    a, b = make_memory("a"), make_memory("b")
+    # The memory UPDATE changes the filtered column: the scores must follow the rows selected before it.
+    assert Memory.objects.filter(id=a.id, status=Status.ACTIVE).update(status=Status.ARCHIVED, retention_score=0.1) == 1
+    assert Memory.objects.filter(id=b.id).update(retention_score=0.2) == 1
+    assert {m.id: (m.status, m.retention_score) for m in Memory.objects.select_related("score")} == {
+        a.id: (Status.ARCHIVED, 0.1),
+        b.id: (Status.ACTIVE, 0.2),
+    }
+
+
+def test_bulk_update_splits_memory_and_score_fields(make_memory: Callable[..., Memory]) -> None:
+    memories = list(Memory.objects.filter(id__in=[make_memory("a").id, make_memory("b").id]))
+    for k, memory in enumerate(memories):
+        memory.tags = [f"t{k}"]
+        memory.retention_score = k / 10
+    Memory.objects.bulk_update(memories, ["tags", "retention_score"])
+    stored = {m.id: (m.tags, m.retention_score) for m in Memory.objects.select_related("score")}
+    assert stored == {m.id: ([f"t{k}"], k / 10) for k, m in enumerate(memories)}
+
+
+def test_bulk_create_refuses_conflict_handling(workspace: Workspace) -> None:
+    with pytest.raises(ValueError, match="conflict handling"):
+        Memory.objects.bulk_create([Memory(workspace=workspace, content="x")], ignore_conflicts=True)
+    assert not Memory.objects.exists() and not MemoryScore.objects.exists()
+
+
+def test_deleting_memories_deletes_their_scores(
+    workspace: Workspace, other_workspace: Workspace, make_memory: Callable[..., Memory]
+) -> None:
+    a, _ = make_memory("a"), make_memory("b")
+    kept = make_memory("kept", ws=other_workspace)
+    a.delete()
+    assert len(scores()) == 2
+    workspace.delete()
+    assert list(scores()) == [kept.id]
+
+
+def test_sorting_by_retention_pages_every_memory_once(workspace: Workspace, other_workspace: Workspace) -> None:
+    values = [0.5, 0.1, 0.9, 0.5, 0.3]
+    for k, value in enumerate(values):
+        Memory.objects.create(workspace=workspace, content=f"m{k}", retention_score=value)
+    Memory.objects.create(workspace=other_workspace, content="elsewhere", retention_score=0.2)
+    seen: list[float] = []
+    cursor = None
+    while True:
+        page = selectors.memory_list(
+            workspace=workspace, filters=MemoryFilters(), ordering="retention", cursor=cursor, limit=2
+        )
+        seen.extend(m.retention_score for m in page.results)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen == sorted(values)
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's query plan")
+def test_sorting_by_retention_walks_the_score_index(workspace: Workspace) -> None:
+    queries: list[str] = []
+
+    def keep(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        queries.append(sql % tuple(repr(p) for p in params) if params else sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(keep):
+        selectors.memory_list(workspace=workspace, filters=MemoryFilters(), ordering="-retention", limit=5)
+    (sql,) = [q for q in queries if "ORDER BY" in q]
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
+        plan = " | ".join(str(row[-1]) for row in cursor.fetchall())
+    assert "score_ws_retention" in plan, plan
+    assert "TEMP B-TREE" not in plan, plan
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_moves_scores_out_and_back_without_losing_them(workspace: Workspace) -> None:
+    a = Memory.objects.create(workspace=workspace, content="a", retention_score=0.25, retrieval_profile={"n": 3})
+    b = Memory.objects.create(workspace=workspace, content="b")
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes()
+    try:
+        executor.migrate([("memories", "0004_drop_redundant_fk_indexes")])
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id, retention_score, retrieval_profile FROM memories_memory ORDER BY content")
+            rows = [(str(mid), ret, prof) for mid, ret, prof in cursor.fetchall()]
+        assert [(ret, prof if isinstance(prof, dict) else json.loads(prof)) for _, ret, prof in rows] == [
+            (0.25, {"n": 3}),
+            (1.0, {}),
+        ]
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(latest)
+    assert scores() == {a.id: (workspace.pk, 0.25, {"n": 3}), b.id: (workspace.pk, 1.0, {})}
