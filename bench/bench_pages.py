@@ -110,7 +110,6 @@ def _memory_select(workspace_id: int, count: int, start_epoch: int, span: int) -
         "activation_boost_count": "CAST(round((r.score - 0.5) / 0.05) AS INTEGER)",
         # memories.algorithms.sortkey: ln(score) + ln2 * hours_since_epoch(last_boost) / half_life.
         "activation_sort_key": "ln(r.score) + ln(2.0) * (r.boosted / 3600.0) / 720.0",
-        "retention_score": f"{rand(10000)} / 10000.0",
         "access_count": f"CASE WHEN r.k % 2 = 0 THEN 1 + {rand(40)} ELSE 0 END",
         "last_accessed": "CASE WHEN r.k % 2 = 0 THEN datetime(r.boosted, 'unixepoch') END",
         "conflicts_with": f"CASE WHEN {rand(200)} = 0 THEN json_array(lower(hex(randomblob(16)))) ELSE '[]' END",
@@ -171,8 +170,8 @@ def generate(count: int, seed: int = 7) -> None:
         # Building an index by sorting 1M keys once is several times faster than 1M random inserts
         # into it, so the memory table's secondary indexes are dropped and recreated around the load.
         cursor.execute(
-            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'memories_memory' "
-            "AND sql IS NOT NULL"
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' "
+            "AND tbl_name IN ('memories_memory', 'memories_memoryscore') AND sql IS NOT NULL"
         )
         indexes = cursor.fetchall()
         for name, _ in indexes:
@@ -182,10 +181,16 @@ def generate(count: int, seed: int = 7) -> None:
         for start in range(0, count, chunk):
             columns, select, params = _memory_select(workspace.pk, min(chunk, count - start), start_epoch, span)
             cursor.execute(f"INSERT INTO memories_memory ({', '.join(columns)}) {select}", params)
+        cursor.execute(
+            "INSERT INTO memories_memoryscore (memory_id, workspace_id, retention_score, retrieval_profile) "
+            "SELECT id, workspace_id, (abs(random()) % 10000) / 10000.0, '{}' FROM memories_memory "
+            "WHERE workspace_id = %s",
+            [workspace.pk],
+        )
         step(f"{count:,} memories")
         for _, sql in indexes:
             cursor.execute(sql)
-        step(f"{len(indexes)} indexes of the memory table")
+        step(f"{len(indexes)} indexes of the memory and score tables")
         cursor.execute(
             "INSERT INTO memories_fts(rowid, content, memory_id, workspace_id) "
             "SELECT rowid, content, id, workspace_id FROM memories_memory WHERE workspace_id = %s",
