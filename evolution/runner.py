@@ -7,7 +7,7 @@ next evolver runs. Progress goes to `run.progress` between evolvers and to the p
 event group once each evolver's transaction has committed.
 
 On SQLite in WAL mode the cycle runs with a larger page cache and automatic checkpoints off
-(`sqlite_bulk_writes`): every evolver rewrites tens of thousands of memory rows, and checkpointing at each
+(`sqlite_bulk_writes`): every evolver rewrites tens of thousands of rows, and checkpointing at each
 evolver's commit on the cycle's own connection copied the same pages back into the database file once per
 evolver while nothing else ran. Instead each commit starts a checkpoint on a thread of its own, which
 copies and syncs while the next evolver computes, and a last one starts when the cycle has committed:
@@ -153,14 +153,15 @@ def sqlite_bulk_writes() -> Iterator[Checkpoints]:
     Elsewhere (PostgreSQL, an in-memory test database, a caller's open transaction) it does nothing.
     The last checkpoint runs in the background (`Checkpoints.finish`): the block ends without waiting for it.
 
-    Every evolver rewrites tens of thousands of memory rows (~1.4 KB each, so most pages of the table):
-    a checkpoint at each evolver's commit copied the same pages back into the database file once per
-    evolver, and a 64 MB cache spilled dirty pages mid-transaction and re-read them. Without automatic
-    checkpoints the WAL grows, and a page that is not in the cache has to be found in it, hence the larger
-    cache (measured on 100k memories: the deferred checkpoint alone cost more CPU than it saved). With
-    mmap on, clean pages cost the cache only a header; its memory is bounded by one transaction's dirty
-    pages and is given back when the block ends. PASSIVE never waits for readers: whatever a reader
-    still holds is copied by a later automatic checkpoint. The WAL file grows to the block's writes.
+    Every evolver rewrites tens of thousands of rows (scores rows, and memory rows of ~1.4 KB before
+    MemoryScore took the scores out of them): a checkpoint at each evolver's commit copied the same pages
+    back into the database file once per evolver, and a 64 MB cache spilled dirty pages mid-transaction
+    and re-read them. Without automatic checkpoints the WAL grows, and a page that is not in the cache has
+    to be found in it, hence the larger cache (measured on 100k memories: the deferred checkpoint alone
+    cost more CPU than it saved). With mmap on, clean pages cost the cache only a header; its memory is
+    bounded by one transaction's dirty pages and is given back when the block ends. PASSIVE never waits
+    for readers: whatever a reader still holds is copied by a later automatic checkpoint. The WAL file
+    grows to the block's writes.
     The block yields `Checkpoints` for checkpoints between transactions (inactive where the block is).
     """
     active = False

@@ -139,19 +139,19 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
         a skipped memory would leave its scores row without knowing it)."""
         if kwargs.get("ignore_conflicts") or kwargs.get("update_conflicts"):
             raise ValueError("Memory.objects.bulk_create does not support conflict handling")
-        created = super().bulk_create(objs, *args, **kwargs)
-        rows = []
-        for memory in created:
-            rows.append(memory.score_for_insert())
-        MemoryScore.objects.bulk_create(rows, batch_size=kwargs.get("batch_size"))
+        with transaction.atomic(using=self.db, savepoint=False):
+            created = super().bulk_create(objs, *args, **kwargs)
+            rows = [memory.score_for_insert() for memory in created]
+            MemoryScore.objects.bulk_create(rows, batch_size=kwargs.get("batch_size"))
         return created
 
     def update(self, **kwargs: Any) -> int:
         """UPDATE the selected memories; score fields update their scores rows (first, while the filter
         still selects what it selected)."""
         scores = {name: kwargs.pop(name) for name in list(kwargs) if name in Memory.SCORE_FIELDS}
-        updated = MemoryScore.objects.filter(memory__in=self.values("pk")).update(**scores) if scores else 0
-        return super().update(**kwargs) if kwargs else updated
+        with transaction.atomic(using=self.db, savepoint=False):
+            updated = MemoryScore.objects.filter(memory__in=self.values("pk")).update(**scores) if scores else 0
+            return super().update(**kwargs) if kwargs else updated
 
     def bulk_update(self, objs: Iterable[Memory], fields: Iterable[str], batch_size: int | None = None) -> int:
         """Update `fields` of the memories; score fields go to their scores rows (read if not loaded)."""
@@ -159,10 +159,11 @@ class MemoryQuerySet(models.QuerySet["Memory"]):
         names = list(fields)
         own = [n for n in names if n not in Memory.SCORE_FIELDS]
         scores = [n for n in names if n in Memory.SCORE_FIELDS]
-        updated = super().bulk_update(objs, own, batch_size=batch_size) if own else 0
-        if scores:
-            rows = [memory.score_row() for memory in objs]
-            updated = max(updated, MemoryScore.objects.bulk_update(rows, scores, batch_size=batch_size))
+        with transaction.atomic(using=self.db, savepoint=False):
+            updated = super().bulk_update(objs, own, batch_size=batch_size) if own else 0
+            if scores:
+                rows = [memory.score_row() for memory in objs]
+                updated = max(updated, MemoryScore.objects.bulk_update(rows, scores, batch_size=batch_size))
         return updated
 
 
@@ -251,15 +252,15 @@ class Memory(models.Model):
         update_fields) for an existing one."""
         adding = self._state.adding
         update_fields = kwargs.get("update_fields")
-        if update_fields is not None:
-            names = set(update_fields)
-            scores = names & self.SCORE_FIELDS
-            if names - scores or not scores:
-                super().save(*args, **{**kwargs, "update_fields": names - scores})
-            if scores:
-                self.score_row().save(update_fields=sorted(scores))
-            return
-        with transaction.atomic(savepoint=False):
+        with transaction.atomic(using=kwargs.get("using"), savepoint=False):
+            if update_fields is not None:
+                names = set(update_fields)
+                scores = names & self.SCORE_FIELDS
+                if names - scores or not scores:
+                    super().save(*args, **{**kwargs, "update_fields": names - scores})
+                if scores:
+                    self.score_row().save(update_fields=sorted(scores))
+                return
             super().save(*args, **kwargs)
             if adding:
                 self.score_for_insert().save(force_insert=True)
