@@ -128,6 +128,9 @@ def bulk_insert(model: type[M], objs: Sequence[M], *, chunk: int = 2000, ignore_
     """
     if not objs:
         return
+    if model is Memory and ignore_conflicts:
+        # A skipped memory would still get a scores row, or fail on the one it has.
+        raise ValueError("bulk_insert(Memory) does not skip conflicts")
     fields = [f for f in model._meta.concrete_fields if not (f.primary_key and isinstance(f, models.AutoField))]
     get_row = attrgetter(*[f.attname for f in fields])
     special = [(i, conv) for i, f in enumerate(fields) if (conv := _converter(f)) is not None]

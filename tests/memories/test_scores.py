@@ -106,9 +106,11 @@ def test_bulk_update_splits_memory_and_score_fields(make_memory: Callable[..., M
     assert stored == {m.id: ([f"t{k}"], k / 10) for k, m in enumerate(memories)}
 
 
-def test_bulk_create_refuses_conflict_handling(workspace: Workspace) -> None:
+def test_bulk_writes_refuse_to_skip_conflicting_memories(workspace: Workspace) -> None:
     with pytest.raises(ValueError, match="conflict handling"):
         Memory.objects.bulk_create([Memory(workspace=workspace, content="x")], ignore_conflicts=True)
+    with pytest.raises(ValueError, match="does not skip conflicts"):
+        bulk_insert(Memory, [Memory(workspace=workspace, content="x")], ignore_conflicts=True)
     assert not Memory.objects.exists() and not MemoryScore.objects.exists()
 
 
