@@ -271,7 +271,12 @@ def _write_rows(model: type[models.Model], fields: Sequence[str], rows: Iterable
     sets = ", ".join(f"{qn(f.column)} = {mark}" for f, (_, mark) in zip(prep, columns, strict=False))
     if connection.vendor == "sqlite":
         rows = list(rows)
-        if len(rows) >= ROWID_ORDER_MIN:
+        if model is MemoryScore:
+            # ~20 narrow rows to a page: in key order the key's index is walked once and the small table
+            # stays cached, cheaper than looking rowids up first (132k updates in three sweeps: 1.6-1.8 s
+            # against 2.4-2.6 s with the rowid lookup, raw SQLite).
+            rows.sort(key=lambda row: str(row[-1]).replace("-", "").lower())
+        elif len(rows) >= ROWID_ORDER_MIN:
             return _write_sqlite_rows(meta, sets, [c for c, _ in columns], rows)
     sql = f"UPDATE {qn(meta.db_table)} SET {sets} WHERE {qn(pk.column)} = {columns[-1][1]}"
     return _executemany(sql, [c for c, _ in columns], rows)
@@ -283,8 +288,7 @@ def _write_sqlite_rows(meta: Any, sets: str, converters: Sequence[Converter], ro
     Memory rows are ~1.4 KB (embedding inline), so an update rewrites a page holding two or three rows: in
     table order each page is dirtied once while it is hot, where primary-key order (a random UUID) went
     through the key's index and revisited pages across the whole table (measured ~30% slower on 45k
-    updates). Score rows share the memory's key and the same reasoning, 20-odd to a page. A row
-    whose key is not found is left out, as the UPDATE by key would have matched nothing.
+    updates). A row whose key is not found is left out, as the UPDATE by key would have matched nothing.
     """
     qn = connection.ops.quote_name
     pk = meta.pk
