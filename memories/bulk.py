@@ -56,19 +56,22 @@ def new_instance(model: type[M], values: dict[str, Any], related: dict[str, mode
     for name, factory in spec.factories:
         if name not in values:
             data[name] = factory()
-    properties = {name: value for name, value in values.items() if name not in spec.static}
     data.update(values)
-    for name in properties:
-        del data[name]
+    # Only names that are not fields (no allocation when there are none: ~130k instances per ingest).
+    properties = None if values.keys() <= spec.static.keys() else [n for n in values if n not in spec.static]
+    if properties:
+        for name in properties:
+            del data[name]
     obj = model.__new__(model)
     obj._state = ModelState()
     if related:
         obj._state.fields_cache.update(related)
     obj.__dict__.update(data)
-    for name, value in properties.items():
-        if not isinstance(getattr(model, name, None), property):
-            raise TypeError(f"{model.__name__} has no field or property {name!r}")
-        setattr(obj, name, value)
+    if properties:
+        for name in properties:
+            if not isinstance(getattr(model, name, None), property):
+                raise TypeError(f"{model.__name__} has no field or property {name!r}")
+            setattr(obj, name, values[name])
     return obj
 
 
