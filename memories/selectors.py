@@ -482,17 +482,20 @@ def memory_list(
     op = "lt" if desc else "gt"
     nullable = column == "last_accessed"
     qs = memory_queryset(workspace=workspace, filters=filters, plan_probes=plan_probes)
+    # The same id; named on the scores row when sorting by a score, so its index covers the whole order.
+    tie = "id"
     if column != attribute:
         # The scores row's own workspace column: the join becomes an inner one and SQLite walks the
         # score_ws_retention index in order, as it walks the memory table's indexes for other orderings.
         qs = qs.filter(score__workspace=workspace)
+        tie = "score__memory_id"
     if cursor:
         value, last_id = decode_cursor(cursor, ordering)
         if value is None:
             # Already inside the NULL tail: page it by id alone.
             qs = qs.filter(**{f"{column}__isnull": True, f"id__{op}": last_id})
         else:
-            after = Q(**{f"{column}__{op}": value}) | Q(**{column: value, f"id__{op}": last_id})
+            after = Q(**{f"{column}__{op}": value}) | Q(**{column: value, f"{tie}__{op}": last_id})
             # The redundant bound (column <= value) is what lets SQLite start the index walk at the
             # cursor; with the OR alone it walked from the first row, so page 10,000 read 500k rows.
             bound = Q(**{f"{column}__{op}e": value})
@@ -501,8 +504,6 @@ def memory_list(
                 bound |= Q(**{f"{column}__isnull": True})
             qs = qs.filter(bound, after)
     primary = F(column).desc(nulls_last=True) if desc else F(column).asc(nulls_last=True)
-    # The same id; named on the scores row when sorting by a score, so its index covers the whole order.
-    tie = "score__memory_id" if column != attribute else "id"
     qs = qs.order_by(primary, f"-{tie}" if desc else tie)
     rows = list(qs.select_related("score").defer("embedding", "snapshots")[: limit + 1])
     next_cursor = None

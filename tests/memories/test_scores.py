@@ -151,14 +151,21 @@ def test_sorting_by_retention_walks_the_score_index(workspace: Workspace) -> Non
         queries.append(sql % tuple(repr(p) for p in params) if params else sql)
         return execute(sql, params, many, context)
 
+    for k in range(3):
+        Memory.objects.create(workspace=workspace, content=f"m{k}", retention_score=k / 4)
     with connection.execute_wrapper(keep):
-        selectors.memory_list(workspace=workspace, filters=MemoryFilters(), ordering="-retention", limit=5)
-    (sql,) = [q for q in queries if "ORDER BY" in q]
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
-        plan = " | ".join(str(row[-1]) for row in cursor.fetchall())
-    assert "score_ws_retention" in plan, plan
-    assert "TEMP B-TREE" not in plan, plan
+        first = selectors.memory_list(workspace=workspace, filters=MemoryFilters(), ordering="-retention", limit=1)
+        selectors.memory_list(
+            workspace=workspace, filters=MemoryFilters(), ordering="-retention", cursor=first.next_cursor, limit=1
+        )
+    pages = [q for q in queries if "ORDER BY" in q]
+    assert len(pages) == 2
+    for sql in pages:  # the first page and one resumed from a cursor
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
+            plan = " | ".join(str(row[-1]) for row in cursor.fetchall())
+        assert "score_ws_retention" in plan, plan
+        assert "TEMP B-TREE" not in plan, plan
 
 
 @pytest.mark.django_db(transaction=True)
