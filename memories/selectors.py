@@ -503,7 +503,10 @@ def memory_list(
                 after |= Q(**{f"{column}__isnull": True})
                 bound |= Q(**{f"{column}__isnull": True})
             qs = qs.filter(bound, after)
-    primary = F(column).desc(nulls_last=True) if desc else F(column).asc(nulls_last=True)
+    # NULLS LAST only where NULLs exist: on PostgreSQL "DESC NULLS LAST" is not the backward walk of an
+    # ascending index, so on a NOT NULL column it would put a sort step in front of every page.
+    nulls = {"nulls_last": True} if nullable else {}
+    primary = F(column).desc(**nulls) if desc else F(column).asc(**nulls)
     qs = qs.order_by(primary, f"-{tie}" if desc else tie)
     rows = list(qs.select_related("score").defer("embedding", "snapshots")[: limit + 1])
     next_cursor = None
