@@ -297,10 +297,8 @@ def _write_sqlite_rows(meta: Any, sets: str, converters: Sequence[Converter], ro
     if isinstance(pk, models.AutoField | models.BigAutoField | models.SmallAutoField):
         located = sorted((int(row[-1]), k) for k, row in enumerate(rows))
     else:
-        # As `_column` stores the key: UUIDs (a UUID key of a one-to-one key too) as 32 hex digits, other
-        # keys as they are.
-        target = pk.target_field if isinstance(pk, models.ForeignKey) else pk
-        if isinstance(target, models.UUIDField):
+        # As `_column` stores the key: UUIDs as 32 hex digits, other keys as they are.
+        if isinstance(pk, models.UUIDField):
             keys = [(v if isinstance(v, str) else str(v)).replace("-", "") for v in (row[-1] for row in rows)]
         else:
             keys = [row[-1] for row in rows]
