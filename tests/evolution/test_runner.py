@@ -276,22 +276,53 @@ def test_inside_a_transaction_the_cycle_leaves_the_sqlite_settings_alone(file_sq
         file_sqlite.in_atomic_block = False
 
 
-def test_a_cycle_collects_garbage_less_often_and_restores_the_thresholds_even_when_an_evolver_fails(
+def test_a_cycle_runs_with_the_collector_off_and_restores_it_even_when_an_evolver_fails(
     kit: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import gc
 
-    from evolution.runner import CYCLE_GC_THRESHOLD
-
-    seen: list[tuple[int, int, int]] = []
+    seen: list[bool] = []
 
     class Looks(Boom):
         def evolve(self, workspace: Any, *, dry_run: bool, run: Any, now: Any) -> EvolutionResult:
-            seen.append(gc.get_threshold())
+            seen.append(gc.isenabled())
             raise RuntimeError("boom")
 
     monkeypatch.setitem(EVOLVERS, "Boom", Looks)
-    before = gc.get_threshold()
-    kit.run("Boom")
-    assert seen == [(max(before[0], CYCLE_GC_THRESHOLD), *before[1:])]
-    assert gc.get_threshold() == before
+    monkeypatch.setitem(EVOLVERS, "Boom2", Looks)
+    assert gc.isenabled()
+    kit.run("Boom", "Boom2")
+    assert seen == [False, False]
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        kit.run("Boom")
+        assert not gc.isenabled(), "a collector switched off by the caller stays off"
+    finally:
+        gc.enable()
+
+
+def test_collections_between_evolvers_free_reference_cycles(kit: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+    import weakref
+
+    refs: list[weakref.ref[Any]] = []
+    alive: list[bool] = []
+
+    class Node:
+        other: Any = None
+
+    class Cyclic(Boom):
+        def evolve(self, workspace: Any, *, dry_run: bool, run: Any, now: Any) -> EvolutionResult:
+            if refs:
+                alive.append(refs[-1]() is not None)
+            a, b = Node(), Node()
+            a.other, b.other = b, a
+            refs.append(weakref.ref(a))
+            return EvolutionResult(evolver="Boom", dry_run=dry_run)
+
+    monkeypatch.setitem(EVOLVERS, "Boom", Cyclic)
+    monkeypatch.setitem(EVOLVERS, "Boom2", Cyclic)
+    assert gc.isenabled()
+    kit.run("Boom", "Boom2")
+    assert alive == [False], "the first evolver's reference cycle was collected before the second ran"
