@@ -111,6 +111,25 @@ def test_write_rows_stores_what_a_model_save_would(workspace: Workspace) -> None
 
 @pytest.mark.django_db
 @pytest.mark.api
+def test_writes_convert_by_column_across_batches_whatever_form_the_ids_take(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(base, "WRITE_BATCH", 2)
+    memories = Memory.objects.bulk_create(Memory(workspace=workspace, content=f"m{k}") for k in range(5))
+    forms = [str(memories[0].id), memories[1].id, str(memories[2].id).upper(), memories[3].id.hex, str(memories[4].id)]
+    rows = [(k / 10, {"k": k}, form) for k, form in enumerate(forms)]
+    assert write_rows(Memory, ["retention_score", "metadata"], rows) == 5
+    # A scores-only write, keys in every form, sorted as stored.
+    scores = [(0.5 + k / 10, form) for k, form in enumerate(reversed(forms))]
+    assert write_rows(Memory, ["retention_score"], scores) == 5
+    got = {m.id: (m.retention_score, m.metadata) for m in Memory.objects.select_related("score")}
+    assert [got[m.id] for m in memories] == [(0.5 + (4 - k) / 10, {"k": k}) for k in range(5)]
+    with pytest.raises(ValueError):
+        write_rows(Memory, ["metadata"], [({}, str(memories[0].id)), ({}, str(memories[1].id), "extra")])
+
+
+@pytest.mark.django_db
+@pytest.mark.api
 def test_a_large_write_in_table_order_changes_exactly_the_rows_it_names(
     workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
