@@ -46,6 +46,26 @@ def test_decay_rows_and_retention_rows_are_plain_values(kit: Any) -> None:
     assert selectors._json(rows[str(m.id)][3]) == {"total_count": 2}
 
 
+def test_embedding_rows_hold_retention_from_the_scores_and_the_marker_as_text(kit: Any) -> None:
+    other = kit.workspace.__class__.objects.create(slug="other-ws", name="other")
+    vec = kit.unit(1.0, 0.0)
+    marked = kit.mem(
+        "marked", embedding=vec, retention_score=0.25, metadata={selectors.INTERFERENCE_MARKER: "0a1b2c3d"}
+    )
+    number = kit.mem("number", embedding=vec, age_days=0.5, metadata={selectors.INTERFERENCE_MARKER: 12345678})
+    plain = kit.mem("plain", embedding=vec, age_days=0.25, retention_score=0.5)
+    kit.mem("no vector")
+    kit.mem("archived", embedding=vec, status="archived")
+    kit.mem("elsewhere", embedding=vec, ws=other)
+    rows = selectors.embedding_rows(workspace=kit.workspace)
+    assert [(mid, ret, marker) for mid, ret, _, marker in rows] == [
+        (str(marked.id), 0.25, "0a1b2c3d"),
+        (str(number.id), 1.0, "12345678"),
+        (str(plain.id), 0.5, None),
+    ]
+    assert all(blob == bytes(marked.embedding) for _, _, blob, _ in rows)
+
+
 def test_id_texts_format_raw_keys_as_canonical_text() -> None:
     keys = [uuid.uuid4() for _ in range(50)]
     assert selectors.id_texts([k.hex for k in keys]) == [str(k) for k in keys]
