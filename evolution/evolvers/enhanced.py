@@ -503,23 +503,39 @@ class StoredProfiles:
     counts or windows do.
 
     Built for a whole workspace at once: the arrays become lists once (indexing numpy scalars per memory
-    and key cost more than the rest of the loop), and each distinct time is formatted once (the memories
-    of one result set share their newest time).
+    and key cost more than the rest of the loop), and the times are formatted by numpy, each distinct one
+    once (`iso_milliseconds`; `datetime.isoformat` per memory was ~4 us of the ~7 us a profile cost).
     """
 
     def __init__(self, profile: RetrievalProfile, last_at: FloatArray) -> None:
-        self.columns = {key: column.tolist() for key, column in profile.count_columns().items()}
-        self.last_at = last_at.tolist()
-        self.texts: dict[float, str] = {}
+        columns = profile.count_columns()
+        self.keys = [*columns, "last_retrieved_at"]
+        texts: list[str | None] = [None] * last_at.size
+        known = np.flatnonzero(np.isfinite(last_at))
+        if known.size:
+            distinct, inverse = np.unique(last_at[known], return_inverse=True)
+            formatted = iso_milliseconds(distinct)
+            for k, at in zip(known.tolist(), inverse.tolist(), strict=True):
+                texts[k] = formatted[at]
+        # One tuple of values per memory, in key order (zip in C), made a dict when asked for.
+        self.values: list[tuple[Any, ...]] = list(
+            zip(*(column.tolist() for column in columns.values()), texts, strict=True)
+        )
 
     def __getitem__(self, k: int) -> dict[str, Any]:
-        at = self.last_at[k]
-        text = self.texts.get(at)
-        if text is None:
-            text = self.texts[at] = datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
-        stored: dict[str, Any] = {key: column[k] for key, column in self.columns.items()}
-        stored["last_retrieved_at"] = text
-        return stored
+        return dict(zip(self.keys, self.values[k], strict=True))
+
+
+def iso_milliseconds(epochs: FloatArray) -> list[str]:
+    """`datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")` of every epoch, by numpy.
+
+    Rounded as datetime rounds a float timestamp (to the microsecond, half to even, on the fraction), then
+    truncated to milliseconds as isoformat does; identical on 600k sampled values, edge cases included.
+    """
+    fraction, whole = np.modf(np.asarray(epochs, dtype=np.float64))
+    micros = whole.astype(np.int64) * 1_000_000 + np.rint(fraction * 1e6).astype(np.int64)
+    texts: list[str] = np.datetime_as_string(micros.astype("datetime64[us]"), unit="ms").tolist()
+    return [f"{text}+00:00" for text in texts]
 
 
 def _profile_value(stored: Any) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -11,7 +11,7 @@ import pytest
 
 from evolution.algorithms.consolidation import WorkingItem, cluster_working
 from evolution.algorithms.retrieval import retrieval_boost
-from evolution.evolvers.enhanced import cluster_buffer
+from evolution.evolvers.enhanced import cluster_buffer, iso_milliseconds
 from evolution.models import EvolutionRecord
 from memories.models import Edge, EdgeType, Memory, Workspace
 
@@ -60,6 +60,19 @@ def test_decay_reads_stability_per_memory(kit: Any) -> None:
     stable = kit.mem("stable", memory_type="episodic", age_days=60, stability=60.0)
     kit.run("ExponentialDecay")
     assert fresh(stable).retention_score == pytest.approx(math.exp(-1), abs=1e-9)
+
+
+def test_iso_milliseconds_formats_as_datetime_does() -> None:
+    rng = np.random.default_rng(5)
+    # Random times, times with stored milliseconds read back through julianday (as the selectors do), and
+    # the rounding edges: half a microsecond, a fraction rounding up to the next second.
+    random_times = 1_764_469_740 + rng.random(20_000) * 86_400 * 400
+    stored = np.round(random_times * 1000) / 1000
+    julian = ((2_440_587.5 + stored / 86_400.0) - 2_440_587.5) * 86_400.0
+    edges = [1764469740.1225, 1764469740.0005, 1764469740.9995, 1764469740.9999995, 1e9 + 5e-7, 0.5]
+    epochs = np.concatenate([random_times, julian, edges])
+    expected = [datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds") for t in epochs.tolist()]
+    assert iso_milliseconds(epochs) == expected
 
 
 # -- InterferenceBasedConsolidation ---------------------------------------------------------------
