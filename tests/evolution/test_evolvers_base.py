@@ -173,3 +173,37 @@ def test_insert_rows_and_save_records_link_every_memory(workspace: Workspace) ->
     (saved,) = save_records([record])
     assert saved.pk is not None
     assert set(RecordLink.objects.filter(record=saved).values_list("memory_id", flat=True)) == {a.id, b.id}
+
+
+def test_memory_keys_are_the_canonical_ids_as_stored_in_order() -> None:
+    ids = [uuid.uuid4() for _ in range(4)]
+    canonical = [str(i) for i in ids]
+    assert base._memory_keys(canonical) == [i.hex for i in ids]
+    mixed = [canonical[0], "edges", canonical[1].upper(), "x" * 36, canonical[2], "reasons", ids[3].hex]
+    assert base._memory_keys(mixed) == [ids[0].hex, ids[1].hex, ids[2].hex]
+    broken = f"{canonical[0][:17]}\n{canonical[0][18:]}"
+    assert len(broken) == 36
+    assert base._memory_keys([broken, canonical[1]]) == [ids[1].hex]
+    assert base._memory_keys([canonical[2], canonical[2].upper()]) == [ids[2].hex]
+    assert base._memory_keys([]) == []
+
+
+@pytest.mark.django_db
+@pytest.mark.api
+def test_save_records_links_each_memory_once_per_record(workspace: Workspace) -> None:
+    a, b = sorted((Memory.objects.create(workspace=workspace, content=c) for c in "ab"), key=lambda m: m.id.hex)
+    records = [
+        EvolutionRecord(
+            workspace=workspace,
+            evolver="E",
+            action="boost",
+            input_ids=[str(a.id), str(b.id)],
+            output_ids=[str(b.id)],
+            before={str(a.id): {}, str(b.id).upper(): {}, "edges": {}},
+            after={},
+        )
+        for _ in range(2)
+    ]
+    first, second = save_records(records)
+    links = list(RecordLink.objects.order_by("memory_id", "record").values_list("memory_id", "record"))
+    assert links == [(a.id, first.pk), (a.id, second.pk), (b.id, first.pk), (b.id, second.pk)]
