@@ -30,6 +30,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from evolution import selectors
 from evolution.evolvers import evolver_instance
 from evolution.evolvers.base import save_records
 from evolution.models import EvolutionRun, RunStatus
@@ -230,8 +231,16 @@ def cycle_run(
     "counts": {"records", "ok", "failed"}}. Status: completed when at least one evolver succeeded (or
     none was asked for), failed when every evolver failed.
     """
-    with sqlite_bulk_writes() as checkpoints, no_collections() as collect:
-        return _cycle(run=run, names=names, now=now, on_progress=on_progress, checkpoints=checkpoints, collect=collect)
+    with sqlite_bulk_writes() as checkpoints, no_collections() as collect, selectors.cycle_handoff() as handoff:
+        return _cycle(
+            run=run,
+            names=names,
+            now=now,
+            on_progress=on_progress,
+            checkpoints=checkpoints,
+            collect=collect,
+            handoff=handoff,
+        )
 
 
 def _cycle(
@@ -242,6 +251,7 @@ def _cycle(
     on_progress: ProgressCallback | None,
     checkpoints: Checkpoints,
     collect: Callable[[], None],
+    handoff: selectors.CycleHandoff,
 ) -> EvolutionRun:
     workspace = run.workspace
     entries: list[dict[str, Any]] = []
@@ -288,6 +298,7 @@ def _cycle(
             else:
                 entries.append(entry)
             run.save(update_fields=["summary"])
+        handoff.advance(succeeded=entry["status"] == "ok")
         checkpoints.after_commit()
         collect()
         _publish(workspace.pk, {"run_id": str(run.id), "evolver": name, "outcome": entry["status"]})

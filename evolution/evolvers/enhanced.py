@@ -654,6 +654,11 @@ class RetrievalBasedStrengthening:
                 )
         result.records = apply_updates([boosted, decayed], workspace=workspace, run=run, dry_run=dry_run, now=now)
         result.stats.update(boosted=len(boosted), decayed=len(decayed), profiles=profiles)
+        # Every active memory's retention as it stands once this commits (untouched ones kept theirs), for
+        # the Hebbian evolver that follows in the cycle.
+        selectors.hand_over_active_retention(
+            workspace=workspace, rows=list(zip(ids, [row[1] for row in rows] if dry_run else new_ret, strict=True))
+        )
         return result
 
 
