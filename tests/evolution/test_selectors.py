@@ -167,6 +167,8 @@ def test_co_retrieved_between_finds_the_asked_pairs_in_either_direction_only(kit
         (cd.pk, str(c.id), str(d.id), 2),
     ]
     assert selectors.co_retrieved_between(workspace=kit.workspace, pairs=[]) == []
+    upper = (str(d.id).upper(), str(c.id))
+    assert selectors.co_retrieved_between(workspace=kit.workspace, pairs=[upper]) == [(cd.pk, upper[1], upper[0], 2)]
     strong = selectors.co_retrieved_edges(workspace=kit.workspace, min_count=4)
     assert [row[3] for row in strong] == [4, 5]
 
