@@ -139,6 +139,16 @@ def id_texts(values: Sequence[Any]) -> list[str]:
     return [f"{v[:8]}-{v[8:12]}-{v[12:16]}-{v[16:20]}-{v[20:]}" if isinstance(v, str) else str(v) for v in values]
 
 
+def id_hex(value: Any) -> Any:
+    """A UUID as Django stores it on SQLite, 32 lower-case hex digits, from its canonical text (any case)
+    or a UUID; None stays None. The inverse of `id_texts`."""
+    if value is None:
+        return None
+    if value.__class__ is str:
+        return value.replace("-", "").lower()
+    return value.hex if isinstance(value, uuid.UUID) else str(value).replace("-", "").lower()
+
+
 def _id_rows(queryset: QuerySet[Any, Any], *id_columns: int) -> list[tuple[Any, ...]]:
     """`_raw_rows` with the raw UUID values of `id_columns` turned into canonical text (`id_texts`)."""
     rows = _raw_rows(queryset)
@@ -482,7 +492,7 @@ def co_retrieved_between(*, workspace: Workspace, pairs: Sequence[tuple[str, str
     asked: dict[Any, tuple[str, str]] = {}
     for a, b in pairs:
         if sqlite:
-            ha, hb = _stored_hex(a), _stored_hex(b)
+            ha, hb = id_hex(a), id_hex(b)
             asked[ha + hb], asked[hb + ha] = (a, b), (b, a)
         else:
             asked[(a, b)], asked[(b, a)] = (a, b), (b, a)
@@ -523,11 +533,6 @@ def co_retrieved_between(*, workspace: Workspace, pairs: Sequence[tuple[str, str
                 a, b = asked[chunk[k]]
                 found[eid] = (eid, a, b, n)
     return [found[eid] for eid in sorted(found)]
-
-
-def _stored_hex(memory_id: str) -> str:
-    """A memory id as SQLite stores it: 32 lower-case hex digits."""
-    return str(memory_id).replace("-", "").lower()
 
 
 def edge_last_id() -> int:

@@ -81,6 +81,16 @@ def test_id_texts_format_raw_keys_as_canonical_text() -> None:
     assert selectors.id_texts([]) == []
 
 
+def test_id_hex_is_the_stored_form_and_undoes_id_texts() -> None:
+    keys = [uuid.uuid4() for _ in range(5)]
+    texts = [str(k) for k in keys]
+    assert [selectors.id_hex(t) for t in texts] == [k.hex for k in keys]
+    assert [selectors.id_hex(t.upper()) for t in texts] == [k.hex for k in keys]
+    assert [selectors.id_hex(k) for k in keys] == [k.hex for k in keys]
+    assert selectors.id_texts([selectors.id_hex(t) for t in texts]) == texts
+    assert selectors.id_hex(None) is None
+
+
 def test_retrieval_aggregates_count_used_events_up_to_now_per_memory(kit: Any) -> None:
     a, b, c = kit.mem("a"), kit.mem("b"), kit.mem("c")
     kit.retrieve([a, b], age_days=1)  # a rank 0, b rank 1
