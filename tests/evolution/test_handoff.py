@@ -118,18 +118,20 @@ def _before_hebbian(monkeypatch: pytest.MonkeyPatch, *extra: type) -> None:
     monkeypatch.setattr(base, "EVOLVERS", order)
 
 
-@pytest.mark.parametrize("between", [[Failing], [Quiet]])
+@pytest.mark.parametrize(
+    ("extra", "names"),
+    [
+        (Failing, ["Failing", "HebbianCoRetrieval"]),
+        (Quiet, ["RetrievalBasedStrengthening", "Quiet", "HebbianCoRetrieval"]),
+    ],
+)
 def test_the_runner_drops_a_failed_evolvers_offer_and_one_the_next_evolver_did_not_take(
-    kit: Any, taken: list[Any], monkeypatch: pytest.MonkeyPatch, between: list[type]
+    kit: Any, taken: list[Any], monkeypatch: pytest.MonkeyPatch, extra: type, names: list[str]
 ) -> None:
     _world(kit)
-    _before_hebbian(monkeypatch, *between)
-    names = (
-        ["Failing", "HebbianCoRetrieval"]
-        if between == [Failing]
-        else ["RetrievalBasedStrengthening", "Quiet", "HebbianCoRetrieval"]
-    )
+    _before_hebbian(monkeypatch, extra)
     run = kit.run(*names)
+    assert [e["name"] for e in run.summary["evolvers"]] == names
     assert run.summary["evolvers"][-1]["status"] == "ok"
     assert taken == [None]
 
