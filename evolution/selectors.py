@@ -23,6 +23,7 @@ from django.db.models.fields.json import KT
 from django.db.models.sql.constants import MULTI
 
 from evolution.models import EvolutionRecord, EvolutionRun, RecordLink, RunStatus
+from memories.bulk import uuid_hex
 from memories.errors import InvalidInput, NotFound
 from memories.models import (
     Edge,
@@ -137,16 +138,6 @@ def id_texts(values: Sequence[Any]) -> list[str]:
         texts: list[str] = out.view("S36").ravel().astype("U36").tolist()
         return texts
     return [f"{v[:8]}-{v[8:12]}-{v[12:16]}-{v[16:20]}-{v[20:]}" if isinstance(v, str) else str(v) for v in values]
-
-
-def id_hex(value: Any) -> Any:
-    """A UUID as Django stores it on SQLite, 32 lower-case hex digits, from its canonical text (any case)
-    or a UUID; None stays None. The inverse of `id_texts`."""
-    if value is None:
-        return None
-    if value.__class__ is str:
-        return value.replace("-", "").lower()
-    return value.hex if isinstance(value, uuid.UUID) else str(value).replace("-", "").lower()
 
 
 def _id_rows(queryset: QuerySet[Any, Any], *id_columns: int) -> list[tuple[Any, ...]]:
@@ -492,7 +483,7 @@ def co_retrieved_between(*, workspace: Workspace, pairs: Sequence[tuple[str, str
     asked: dict[Any, tuple[str, str]] = {}
     for a, b in pairs:
         if sqlite:
-            ha, hb = id_hex(a), id_hex(b)
+            ha, hb = uuid_hex(a), uuid_hex(b)
             asked[ha + hb], asked[hb + ha] = (a, b), (b, a)
         else:
             asked[(a, b)], asked[(b, a)] = (a, b), (b, a)

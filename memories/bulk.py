@@ -83,9 +83,24 @@ def _json_sqlite(value: Any) -> Any:
     return json.dumps(value)
 
 
-def _uuid_hex(value: Any) -> Any:
+def uuid_hex(value: Any) -> Any:
+    """A UUID as Django stores it on SQLite, 32 lower-case hex digits (None stays None): from a UUID, or
+    from its text, canonical or bare, in any case. Other text goes through uuid.UUID, which reads the other
+    forms it knows and raises ValueError for what is not a UUID.
+
+    Text is checked by bytes.fromhex rather than parsed into a UUID: ~0.1 us against ~1.5 us an id, and
+    an evolution cycle converts a few hundred thousand.
+    """
     if value is None:
         return None
+    if value.__class__ is str:
+        text = value.replace("-", "").lower()
+        if len(text) == 32:
+            try:
+                if len(bytes.fromhex(text)) == 16:
+                    return text
+            except ValueError:
+                pass
     return value.hex if isinstance(value, uuid.UUID) else uuid.UUID(str(value)).hex
 
 
@@ -116,7 +131,7 @@ def _converter(field: models.Field[Any, Any]) -> Converter | None:
         isinstance(field, models.ForeignKey) and isinstance(field.target_field, models.UUIDField)
     )
     if is_uuid:
-        return None if connection.features.has_native_uuid_field else _uuid_hex
+        return None if connection.features.has_native_uuid_field else uuid_hex
     if isinstance(field, models.DateTimeField):
         return _datetime_sqlite if sqlite else None
     if isinstance(field, models.BinaryField):

@@ -32,7 +32,7 @@ from django.db.models import JSONField
 
 from evolution import audit
 from evolution.models import EvolutionRecord, EvolutionRun, RecordLink
-from evolution.selectors import id_hex
+from memories.bulk import uuid_hex
 from memories.errors import InvalidInput
 from memories.models import Memory, MemoryScore, Workspace
 
@@ -206,7 +206,7 @@ def _column(field: models.Field[Any, Any]) -> tuple[Converter, str]:
     if isinstance(target, models.UUIDField):
         if conn.features.has_native_uuid_field:
             return (lambda v: v if isinstance(v, str) else field.get_db_prep_save(v, conn)), "%s"
-        return id_hex, "%s"
+        return uuid_hex, "%s"
     if isinstance(target, models.DateTimeField) and sqlite and settings.USE_TZ:
         return _sqlite_datetime, "%s"
     return (lambda v: field.get_db_prep_save(v, conn)), "%s"
@@ -224,7 +224,7 @@ def _executemany(
     sql: str, converters: Sequence[Converter], rows: Iterable[tuple[Any, ...]], *, prepared: bool = False
 ) -> int:
     """Run `sql` for every row in batches of WRITE_BATCH, converting values only where needed
-    (`prepared`: the caller passes every value as stored: numbers, text, UUIDs as `id_hex` gives them).
+    (`prepared`: the caller passes every value as stored: numbers, text, UUIDs as `uuid_hex` gives them).
 
     A batch is converted by column (transposed, each converter mapped over its column, transposed back):
     a list built per row, calling every converter, cost ~1 us a row, ~1.5 s of a bench cycle's 350k rows
@@ -310,7 +310,7 @@ def _write_sqlite_rows(meta: Any, sets: str, converters: Sequence[Converter], ro
     else:
         # As `_column` stores the key: UUIDs as 32 hex digits, other keys as they are.
         if isinstance(pk, models.UUIDField):
-            keys = list(map(id_hex, [row[-1] for row in rows]))
+            keys = list(map(uuid_hex, [row[-1] for row in rows]))
         else:
             keys = [row[-1] for row in rows]
         rowids: dict[Any, int] = {}
@@ -389,7 +389,7 @@ def _memory_keys(keys: Iterable[str]) -> list[str]:
     if candidates and _CANONICAL_UUIDS.fullmatch(joined + "\n"):
         stored = joined.replace("-", "").lower().split("\n")
     else:
-        stored = [id_hex(key) for key in candidates if _CANONICAL_UUID.fullmatch(key)]
+        stored = [uuid_hex(key) for key in candidates if _CANONICAL_UUID.fullmatch(key)]
     # One id written in two cases is one memory.
     return list(dict.fromkeys(stored))
 

@@ -10,6 +10,7 @@ import pytest
 
 from evolution import selectors
 from evolution.models import EvolutionRun, RunStatus
+from memories.bulk import uuid_hex
 from memories.models import Edge, EdgeType, Memory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
@@ -81,14 +82,18 @@ def test_id_texts_format_raw_keys_as_canonical_text() -> None:
     assert selectors.id_texts([]) == []
 
 
-def test_id_hex_is_the_stored_form_and_undoes_id_texts() -> None:
+def test_uuid_hex_is_the_stored_form_and_undoes_id_texts() -> None:
     keys = [uuid.uuid4() for _ in range(5)]
     texts = [str(k) for k in keys]
-    assert [selectors.id_hex(t) for t in texts] == [k.hex for k in keys]
-    assert [selectors.id_hex(t.upper()) for t in texts] == [k.hex for k in keys]
-    assert [selectors.id_hex(k) for k in keys] == [k.hex for k in keys]
-    assert selectors.id_texts([selectors.id_hex(t) for t in texts]) == texts
-    assert selectors.id_hex(None) is None
+    assert [uuid_hex(t) for t in texts] == [k.hex for k in keys]
+    assert [uuid_hex(t.upper()) for t in texts] == [k.hex for k in keys]
+    assert [uuid_hex(k) for k in keys] == [k.hex for k in keys]
+    assert selectors.id_texts([uuid_hex(t) for t in texts]) == texts
+    assert uuid_hex(None) is None
+    assert uuid_hex("{" + texts[0] + "}") == keys[0].hex  # another form uuid.UUID reads
+    for bad in ("not-a-uuid", "g" * 32, "ab " * 10 + "ab"):
+        with pytest.raises(ValueError):
+            uuid_hex(bad)
 
 
 def test_retrieval_aggregates_count_used_events_up_to_now_per_memory(kit: Any) -> None:
