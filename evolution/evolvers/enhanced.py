@@ -580,6 +580,7 @@ class RetrievalBasedStrengthening:
         if n == 0:
             return result
         ids = [row[0] for row in rows]
+        old_retention = [row[1] for row in rows]
         position = {mid: k for k, mid in enumerate(ids)}
         profile = _empty_profile(n, lookback)
         now_ts = now.timestamp()
@@ -612,7 +613,7 @@ class RetrievalBasedStrengthening:
         since_previous = (now - cursor.ran_at).total_seconds() / 86_400.0 if cursor.ran_at else math.inf
         age = np.minimum((now_ts - _epochs([row[2] for row in rows])) / 86_400.0, since_previous)
         outcome = strengthening(
-            [row[1] for row in rows],
+            old_retention,
             profile.total_count,
             profile.avg_rank,
             profile.velocity_7d,
@@ -629,12 +630,12 @@ class RetrievalBasedStrengthening:
         boost, elapsed, factor = outcome.boost.tolist(), outcome.elapsed_days.tolist(), outcome.decay_factor.tolist()
         retrieved = outcome.retrieved.tolist()
         has_events_array = profile.total_count > 0
-        touched = np.flatnonzero((outcome.retention != np.asarray([row[1] for row in rows])) | has_events_array)
+        touched = np.flatnonzero((outcome.retention != np.asarray(old_retention)) | has_events_array)
         has_events = has_events_array.tolist()
         stored_profiles = StoredProfiles(profile, last_at_array)
         profiles = 0
         for k in touched.tolist():
-            old_ret = rows[k][1]
+            old_ret = old_retention[k]
             changes: dict[str, tuple[Any, Any]] = {"retention_score": (old_ret, new_ret[k])}
             if has_events[k]:
                 new_profile = stored_profiles[k]
@@ -657,7 +658,7 @@ class RetrievalBasedStrengthening:
         # Every active memory's retention as it stands once this commits (untouched ones kept theirs), for
         # the Hebbian evolver that follows in the cycle.
         selectors.hand_over_active_retention(
-            workspace=workspace, rows=list(zip(ids, [row[1] for row in rows] if dry_run else new_ret, strict=True))
+            workspace=workspace, rows=list(zip(ids, old_retention if dry_run else new_ret, strict=True))
         )
         return result
 
