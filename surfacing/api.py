@@ -89,6 +89,22 @@ class ContextIn(drf.Serializer[Any]):
     explain = drf.BooleanField(required=False, default=False)
 
 
+class ScoreFactorsOut(drf.Serializer[Any]):
+    """The terms the scoring profile really used: score = base + anchor + pin (+ freshness in the seed
+    profile), base = relevance x activation x recency x centrality factors."""
+
+    profile = drf.ChoiceField(choices=["calibrated", "seed"])
+    relevance = drf.FloatField()
+    activation = drf.FloatField()
+    recency = drf.FloatField()
+    centrality = drf.FloatField()
+    base = drf.FloatField()
+    log_base = drf.FloatField(allow_null=True, help_text="ln(base) when base is too small to read, else null")
+    anchor = drf.FloatField()
+    pin = drf.FloatField()
+    freshness = drf.FloatField()
+
+
 class ScoreBreakdownOut(drf.Serializer[Any]):
     activation = drf.FloatField()
     relevance = drf.FloatField()
@@ -97,10 +113,12 @@ class ScoreBreakdownOut(drf.Serializer[Any]):
     anchor_forced = drf.BooleanField()
     session_pin_boost = drf.FloatField()
     freshness_boost = drf.FloatField()
+    factors = ScoreFactorsOut()
 
 
 class ProvenanceOut(drf.Serializer[Any]):
-    kind = drf.ChoiceField(choices=["lexical", "spread", "pinned", "anchor", "recent", "entity"])
+    # "recent" is no longer produced (semantic candidates come from the vector index); kept for old clients.
+    kind = drf.ChoiceField(choices=["lexical", "semantic", "context", "spread", "pinned", "anchor", "entity", "recent"])
     seed = drf.UUIDField(allow_null=True)
     edge_type = drf.CharField(allow_null=True)
     hops = drf.IntegerField()

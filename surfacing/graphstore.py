@@ -300,6 +300,9 @@ def _snapshot_sql(vendor: str, column: str) -> str:
     return column if vendor == "sqlite" else f"replace({column}::text, '-', '')"
 
 
+CO_RETRIEVED_FULL_COUNT = 10
+"""Co-retrievals at which a CO_RETRIEVED edge counts with its full weight in the snapshot."""
+
 _EdgeGroups = list[tuple[str, str | None, str | None, str | None, int | None]]
 
 
@@ -312,7 +315,13 @@ def _read_edges(workspace_id: int, after_id: int | None) -> tuple[_EdgeGroups, i
     """
     vendor = connection.vendor
     concat = "group_concat({0}, '{1}')" if vendor == "sqlite" else "string_agg({0}, '{1}')"
-    weight_text = "weight" if vendor == "sqlite" else "weight::text"
+    # A CO_RETRIEVED edge weighs its co-retrieval count (CO_RETRIEVED_FULL_COUNT and above: its own weight):
+    # a pair retrieved together once is a weak path for spreading, a pair seen together often a strong one.
+    weight = (
+        f"CASE WHEN edge_type = 'CO_RETRIEVED' AND co_retrieval_count > 0 AND co_retrieval_count < "
+        f"{CO_RETRIEVED_FULL_COUNT} THEN weight * co_retrieval_count / {float(CO_RETRIEVED_FULL_COUNT)} ELSE weight END"
+    )
+    weight_text = weight if vendor == "sqlite" else f"({weight})::text"
     params: list[int] = [workspace_id]
     where = "workspace_id = %s"
     if after_id is not None:

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from memories.models import Workspace
 from surfacing import selectors, services
-from surfacing.algorithms.composite import ScoreBreakdown, SurfacingMode
+from surfacing.algorithms.composite import ScoreBreakdown, ScoreProfile, SurfacingMode
 from surfacing.settings import SurfacingSettings
 
 __all__ = [
@@ -70,8 +70,10 @@ class Knob:
 
 
 KNOBS: tuple[Knob, ...] = (
+    Knob("activation_weight", "Activation weight", "float", 0.0, 2.0, 0.05, "calibrated: × (1 + weight × activation)"),
+    Knob("recency_weight", "Recency weight", "float", 0.0, 2.0, 0.05, "calibrated: × (1 + weight × recency)"),
     Knob("centrality_weight", "Centrality weight", "float", 0.0, 2.0, 0.05, "lift = 1 + weight × centrality"),
-    Knob("activation_floor", "Activation floor", "float", 0.0, 0.5, 0.01, "activation below it counts as it"),
+    Knob("activation_floor", "Activation floor", "float", 0.0, 0.5, 0.01, "seed: activation below it counts as it"),
     Knob(
         "recency_time_constant_hours",
         "Recency time constant",
@@ -83,7 +85,7 @@ KNOBS: tuple[Knob, ...] = (
         "h",
     ),
     Knob("lexical_weight", "Lexical weight", "float", 0.0, 1.0, 0.05, "relevance = w·lexical + (1 − w)·cosine"),
-    Knob("freshness_max", "Freshness boost", "float", 0.0, 1.0, 0.05, "added to memories younger than a day"),
+    Knob("freshness_max", "Freshness boost", "float", 0.0, 1.0, 0.05, "for memories younger than a day"),
     Knob("pin_multiplier", "Pin multiplier", "float", 0.0, 2.0, 0.05, "session pin boost = weight × this"),
     Knob("anchor_boost", "Anchor boost", "float", 0.0, 3.0, 0.1, "added to every anchor"),
     Knob("spread_depth", "Spread depth", "int", 0.0, 4.0, 1.0, "hops from the top hits (deep:multi-hop)"),
@@ -93,20 +95,24 @@ KNOBS: tuple[Knob, ...] = (
 KNOB_BY_KEY = {knob.key: knob for knob in KNOBS}
 
 SEGMENT_LABELS = {
-    "base": "activation × relevance × recency",
-    "lift": "centrality lift",
+    "base": "relevance (calibrated) or activation × relevance × recency (seed)",
+    "lift": "priors: activation, recency, freshness, centrality (calibrated) or centrality lift (seed)",
     "anchor": "anchor",
     "pin": "session pin",
     "fresh": "freshness",
 }
 PROVENANCE_LABELS = {
     "lexical": "lexical hit",
+    "semantic": "semantic match",
+    "context": "conversation context",
     "recent": "semantic match",
     "spread": "spread",
     "pinned": "pinned",
     "anchor": "anchor",
     "entity": "named entity",
 }
+WALK_KINDS = frozenset({"spread", "context"})
+"""Provenance kinds that came over graph edges from a seed hit: their path is shown."""
 FACTOR_LABELS = {
     "budget": "token budget",
     "low_activation": "low activation after decay",
@@ -265,43 +271,56 @@ class Segment:
     width: str
 
 
-def _parts(breakdown: ScoreBreakdown, settings: SurfacingSettings, mode: str) -> tuple[float, dict[str, float]]:
-    activation = max(breakdown["activation"], settings.activation_floor)
-    base = activation * breakdown["relevance"] * breakdown["recency"]
+def _parts(breakdown: ScoreBreakdown, mode: str) -> dict[str, float]:
+    """The additive parts of a score, from the factors its profile really used.
+
+    Calibrated: ``base`` is the relevance and ``lift`` what the bounded priors added to it. Seed: ``base``
+    is activation × relevance × recency and ``lift`` the centrality lift; freshness adds on its own.
+    """
+    factors = breakdown["factors"]
+    if factors["profile"] == ScoreProfile.CALIBRATED.value:
+        base = factors["relevance"]
+    else:
+        base = factors["base"] / factors["centrality"]
+    parts = {"base": base, "lift": factors["base"] - base}
     if mode == SurfacingMode.LEGACY.value:
-        return activation, {"base": base}
-    return activation, {
-        "base": base,
-        "lift": base * settings.centrality_weight * breakdown["centrality"],
-        "anchor": settings.anchor_boost if breakdown["anchor_forced"] else 0.0,
-        "pin": breakdown["session_pin_boost"],
-        "fresh": breakdown["freshness_boost"],
-    }
+        return parts
+    return {**parts, "anchor": factors["anchor"], "pin": factors["pin"], "fresh": factors["freshness"]}
 
 
-def bar_segments(
-    breakdown: ScoreBreakdown, score: float, settings: SurfacingSettings, mode: str, scale: float
-) -> tuple[list[Segment], str]:
+def _factor_text(breakdown: ScoreBreakdown) -> str:
+    factors = breakdown["factors"]
+    if factors["profile"] == ScoreProfile.CALIBRATED.value:
+        return (
+            f"relevance {factors['relevance']:.3f} × activation {factors['activation']:.3f}"
+            f" (activation {breakdown['activation']:.3f}) × recency {factors['recency']:.3f}"
+            f" (recency {breakdown['recency']:.3g}, freshness {breakdown['freshness_boost']:.3f})"
+            f" × centrality {factors['centrality']:.3f} (centrality {breakdown['centrality']:.3f})"
+        )
+    floor_note = " (raised to the floor)" if factors["activation"] > breakdown["activation"] else ""
+    text = (
+        f"activation {factors['activation']:.3f}{floor_note} × relevance {breakdown['relevance']:.3f}"
+        f" × recency {breakdown['recency']:.3g} × centrality lift {factors['centrality']:.3f}"
+    )
+    if factors["log_base"] is not None:
+        text += f" (too small to read: ln = {factors['log_base']:.1f})"
+    return text
+
+
+def bar_segments(breakdown: ScoreBreakdown, score: float, mode: str, scale: float) -> tuple[list[Segment], str]:
     """The non-zero parts of ``score`` as bar segments (width in % of ``scale``) and the sentence that
     says the same in numbers (the bar's text alternative)."""
-    activation, parts = _parts(breakdown, settings, mode)
+    parts = _parts(breakdown, mode)
     top = scale if scale > 0.0 else 1.0
     segments = [
         Segment(key, SEGMENT_LABELS[key], value, _score(value), f"{max(0.0, min(100.0, value / top * 100.0)):.2f}")
         for key, value in parts.items()
         if value > 0.0
     ]
-    floor_note = f" (raised to the floor {settings.activation_floor:g})" if breakdown["activation"] < activation else ""
-    text = (
-        f"Score {_score(score)} = base {_score(parts['base'])}: activation {breakdown['activation']:.3f}{floor_note}"
-        f" × relevance {breakdown['relevance']:.3f} × recency {breakdown['recency']:.3f}"
-    )
+    profile = breakdown["factors"]["profile"]
+    text = f"Score {_score(score)} ({profile} profile) = {_factor_text(breakdown)}"
     if mode == SurfacingMode.LEGACY.value:
         return segments, text + " (legacy mode: no centrality or additives)"
-    text += (
-        f"; + centrality lift {_score(parts['lift'])} (centrality {breakdown['centrality']:.3f}"
-        f" × weight {settings.centrality_weight:g})"
-    )
     for key in ("anchor", "pin", "fresh"):
         if parts[key] > 0.0:
             text += f"; + {SEGMENT_LABELS[key]} {_score(parts[key])}"
@@ -410,7 +429,7 @@ def _provenance(raw: Mapping[str, Any], labels: Mapping[str, str], memory_url: M
         seed=seed,
         edge_type=str(raw.get("edge_type") or ""),
         hops=int(raw.get("hops") or 0),
-        path=path if kind == "spread" else [],
+        path=path if kind in WALK_KINDS else [],
     )
 
 
@@ -422,7 +441,7 @@ def _row(
     labels: Mapping[str, str],
     memory_url: MemoryUrl,
 ) -> Row:
-    segments, text = bar_segments(item.score_breakdown, item.score, context.settings, context.mode, scale)
+    segments, text = bar_segments(item.score_breakdown, item.score, context.mode, scale)
     kind = str(item.provenance.get("kind") or "")
     forced = item.score_breakdown["anchor_forced"] or (kind == "pinned" and context.mode == SurfacingMode.ROUTER.value)
     tokens: int | None = None

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -55,9 +55,12 @@ from surfacing.algorithms.composite import (
     CandidateSignals,
     ScoreBreakdown,
     ScoredCandidates,
+    ScoreProfile,
     SurfacingMode,
+    Weights,
     score_candidates,
 )
+from surfacing.algorithms.context import context_damping, propagate_relevance
 from surfacing.algorithms.graph import (
     SPREAD_EDGE_CODES,
     edge_type_mask,
@@ -100,6 +103,8 @@ MAX_K = 100
 MAX_QUERY_CHARS = 2_000
 MAX_SESSION_CHARS = 128
 DECLINED_SHOWN = 20
+SCAFFOLDING_TYPES = frozenset({MemoryType.ENTITY.value, MemoryType.SESSION.value})
+"""Memory types that join others in the graph and carry no content of their own."""
 PIN_WEIGHT_MAX = 10.0
 
 
@@ -247,22 +252,27 @@ def _decide(query: str, mode: SurfacingMode, explicit: Strategy | None) -> Route
 class _Candidates:
     """The candidate table, one entry per memory, in the order entries were added.
 
-    ``row`` indexes the loaded scoring data (search rows, then spread rows); ``node`` is the spread hit
-    that brought the memory in (-1 otherwise). Provenance is built only for the rows shown.
+    ``row`` indexes the loaded scoring data (search rows, then graph rows); ``walk`` and ``node`` name the
+    graph walk (conversation context or spreading) and its hit that gave the memory its relevance (None
+    and -1 otherwise). Provenance is built only for the rows shown.
     """
 
     ids: list[uuid.UUID]
     relevance: list[float]
     kind: list[str]
     node: list[int]
+    walk: list[_GraphResult | None]
     row: list[int]
     at: dict[uuid.UUID, int]
 
     @classmethod
     def empty(cls) -> _Candidates:
-        return cls([], [], [], [], [], {})
+        return cls([], [], [], [], [], [], {})
 
-    def add(self, mid: uuid.UUID, relevance: float, kind: str, row: int, node: int = -1) -> None:
+    def add(
+        self, mid: uuid.UUID, relevance: float, kind: str, row: int, node: int = -1, walk: _GraphResult | None = None
+    ) -> None:
+        """Add an entry, or raise an existing one's relevance; a walk that raises it becomes its provenance."""
         at = self.at.get(mid)
         if at is None:
             self.at[mid] = len(self.ids)
@@ -270,40 +280,45 @@ class _Candidates:
             self.relevance.append(relevance)
             self.kind.append(kind)
             self.node.append(node)
+            self.walk.append(walk)
             self.row.append(row)
         elif relevance > self.relevance[at]:
             self.relevance[at] = relevance
+            if walk is not None:
+                self.kind[at], self.node[at], self.walk[at] = kind, node, walk
 
     def force(self, mid: uuid.UUID, kind: str, relevance: float, row: int) -> None:
         """Add or relabel a mandatory entry (pin, anchor): its provenance is why it is there."""
         self.add(mid, relevance, kind, row)
-        self.kind[self.at[mid]] = kind
+        at = self.at[mid]
+        self.kind[at], self.node[at], self.walk[at] = kind, -1, None
 
-    def claim(self, mid: uuid.UUID, relevance: float, kind: str, row: int, node: int = -1) -> None:
+    def claim(self, mid: uuid.UUID, relevance: float, kind: str, row: int, node: int, walk: _GraphResult) -> None:
         """Add or relabel an entry the graph brought in (point queries): the graph path is its provenance
         even when the full-text search found it too."""
-        self.add(mid, relevance, kind, row, node)
+        self.add(mid, relevance, kind, row, node, walk)
         at = self.at[mid]
-        self.kind[at], self.node[at] = kind, node
+        self.kind[at], self.node[at], self.walk[at] = kind, node, walk
 
-    def provenance(self, i: int, graph: _GraphResult) -> dict[str, Any]:
+    def provenance(self, i: int) -> dict[str, Any]:
         mid = self.ids[i]
-        node = self.node[i]
-        if self.kind[i] != "spread" or graph.subgraph is None or node < 0:
+        node, walk = self.node[i], self.walk[i]
+        if walk is None or walk.subgraph is None or node not in walk.hits:
             return {"kind": self.kind[i], "seed": None, "edge_type": None, "hops": 0, "path": [str(mid)]}
-        hit = graph.hits[node]
+        hit = walk.hits[node]
         return {
-            "kind": "spread",
-            "seed": str(graph.subgraph.ids[hit.seed]),
+            "kind": self.kind[i],
+            "seed": str(walk.subgraph.ids[hit.seed]),
             "edge_type": hit.edge_type,
             "hops": hit.hops,
-            "path": _spread_path(node, graph.hits, graph.subgraph),
+            "path": _spread_path(node, walk.hits, walk.subgraph),
         }
 
 
 def _spread_path(node: int, hits: Mapping[int, SpreadHit], subgraph: Subgraph) -> list[str]:
     path = [node]
-    while node in hits:
+    # Every step leads to a node of strictly higher value, so the walk ends; the bound is a guard.
+    while node in hits and len(path) <= len(hits):
         node = hits[node].via
         path.append(node)
     return [str(subgraph.ids[n]) for n in reversed(path)]
@@ -330,6 +345,7 @@ def _search_candidates(
     extra_ids: Sequence[uuid.UUID],
     anchors: bool,
     now: datetime,
+    exclude_types: frozenset[str] = frozenset(),
 ) -> _Search:
     """Lexical hits fused with cosine over the hits and the recent pool; rows for ``extra_ids`` too."""
     # Statuses are filtered by the row query below (skipping the full-text join is 2-3x cheaper), so a
@@ -345,7 +361,10 @@ def _search_candidates(
         embedding_dim=dim,
         now=now,
     )
-    active_hits = [(mid, score) for mid, score in hits if mid in rows.position][:limit]
+    types = rows.memory_type
+    active_hits = [
+        (mid, score) for mid, score in hits if mid in rows.position and types[rows.position[mid]] not in exclude_types
+    ][:limit]
     raw = normalise_bm25([score for _, score in active_hits])
     lexical_of = dict(zip([mid for mid, _ in active_hits], raw.tolist(), strict=True))
     if semantic and rows.embeddings is not None and len(rows):
@@ -359,7 +378,7 @@ def _search_candidates(
         pool = [
             mid
             for mid, i in rows.position.items()
-            if mid not in lexical_set and cosine_all[i] >= cfg.semantic_min_similarity
+            if mid not in lexical_set and cosine_all[i] >= cfg.semantic_min_similarity and types[i] not in exclude_types
         ]
         ids.extend(pool)
     positions = np.fromiter((rows.position[m] for m in ids), dtype=np.int64, count=len(ids))
@@ -386,14 +405,32 @@ class _GraphResult:
     reasons: list[str]
 
 
-def _graph_walk(*, workspace: Workspace, seed_ids: list[uuid.UUID], cfg: SurfacingSettings) -> _GraphResult:
+def _walk_graph(
+    workspace: Workspace, context_seeds: list[uuid.UUID], spread_seeds: list[uuid.UUID], cfg: SurfacingSettings
+) -> Subgraph | None:
+    """One neighbourhood read for every walk of the request: conversation context and spreading."""
+    budget = 0
+    hops = 0
+    if context_seeds:
+        # A FOLLOWS chain has two neighbours per turn; the rest of the budget is for other edges of a
+        # turn (its session, its entities) that a Bolt store reads as well.
+        budget += len(context_seeds) * (1 + 2 * cfg.context_hops) * 4
+        hops = cfg.context_hops
+    if spread_seeds:
+        depth = max(cfg.spread_depth, 1)
+        budget += len(spread_seeds) * (1 + cfg.spread_fan_out) ** depth
+        hops = max(hops, depth)
+    seeds = list(dict.fromkeys([*spread_seeds, *context_seeds]))
+    if not seeds:
+        return None
+    return graph_store().neighbourhood(workspace, seeds, hops=hops, max_nodes=budget)
+
+
+def _graph_walk(*, subgraph: Subgraph | None, seed_ids: list[uuid.UUID], cfg: SurfacingSettings) -> _GraphResult:
+    """Spreading activation and PPR from ``seed_ids`` over ``subgraph`` (deep:multi-hop)."""
     reasons: list[str] = []
-    if not seed_ids or not (cfg.spread_enabled or cfg.ppr_enabled):
+    if subgraph is None or not seed_ids or not (cfg.spread_enabled or cfg.ppr_enabled):
         return _GraphResult(None, {}, [], {}, reasons)
-    depth = max(cfg.spread_depth, 1)
-    subgraph = graph_store().neighbourhood(
-        workspace, seed_ids, hops=depth, max_nodes=len(seed_ids) * (1 + cfg.spread_fan_out) ** depth
-    )
     if subgraph.truncated:
         reasons.append("graph_neighbourhood_truncated")
     seeds = subgraph.nodes_of(seed_ids)
@@ -454,13 +491,23 @@ def _partners(subgraph: Subgraph | None, returned: Sequence[uuid.UUID], limit: i
 
 
 def _declined_factor(
-    breakdown: ScoreBreakdown, floor: float, detail_row: selectors.MemoryDetail | None
+    breakdown: ScoreBreakdown, weights: Weights, detail_row: selectors.MemoryDetail | None
 ) -> tuple[str, str]:
-    terms = {
-        "low_activation": max(breakdown["activation"], floor),
-        "low_relevance": breakdown["relevance"],
-        "recency": breakdown["recency"],
-    }
+    """The term that held a candidate down most: the smallest factor of its composite, each prior as a
+    share of the most it could give in the calibrated profile."""
+    factors = breakdown["factors"]
+    if factors["profile"] == ScoreProfile.CALIBRATED.value:
+        terms = {
+            "low_activation": factors["activation"] / (1.0 + weights.activation_weight),
+            "low_relevance": breakdown["relevance"],
+            "recency": factors["recency"] / (1.0 + weights.recency_weight + weights.freshness_max),
+        }
+    else:
+        terms = {
+            "low_activation": factors["activation"],
+            "low_relevance": breakdown["relevance"],
+            "recency": breakdown["recency"],
+        }
     factor = min(terms, key=lambda name: terms[name])
     detail = f"{factor.replace('_', ' ')}: {terms[factor]:.4f}"
     if (
@@ -470,7 +517,7 @@ def _declined_factor(
         and "interference" in detail_row.metadata
     ):
         return "interference", (
-            f"activation {terms[factor]:.4f}; retention {detail_row.retention_score:.4f} lowered by "
+            f"activation {breakdown['activation']:.4f}; retention {detail_row.retention_score:.4f} lowered by "
             "interference with similar memories"
         )
     return factor, detail
@@ -479,7 +526,6 @@ def _declined_factor(
 def _declined_items(
     rows: Sequence[int],
     cands: _Candidates,
-    graph: _GraphResult,
     scored: ScoredCandidates,
     order: npt.NDArray[np.int64],
     budget: BudgetResult,
@@ -497,7 +543,7 @@ def _declined_items(
         if r in dropped:
             factor, detail = "budget", f"ranked inside k but {int(tokens[r])} tokens did not fit max_tokens"
         else:
-            factor, detail = _declined_factor(breakdown, cfg.activation_floor, details.get(mid))
+            factor, detail = _declined_factor(breakdown, cfg.weights(), details.get(mid))
         declined.append(
             DeclinedItem(
                 id=mid,
@@ -506,7 +552,7 @@ def _declined_items(
                 score=float(scored.composite[r]),
                 rank=rank_of[r],
                 score_breakdown=breakdown,
-                provenance=cands.provenance(r, graph),
+                provenance=cands.provenance(r),
                 factor=factor,
                 detail=detail,
             )
@@ -550,7 +596,11 @@ def get_working_context(
     reasons = list(decision.reasons)
 
     pins = selectors.session_pins(workspace=workspace, session_id=session, now=now) if router else {}
-    semantic = router and strategy_used is not Strategy.FACTUAL_POINT_QUERY
+    point_query = router and strategy_used is Strategy.FACTUAL_POINT_QUERY
+    semantic = router and not point_query
+    # Entity and session memories hold the graph together (a name, "Conversation on ..."): a point query
+    # may ask for one, any other query wants what they join.
+    scaffolding = frozenset() if point_query else SCAFFOLDING_TYPES
     found = _search_candidates(
         workspace=workspace,
         query=query,
@@ -560,6 +610,7 @@ def get_working_context(
         extra_ids=list(pins),
         anchors=True,
         now=now,
+        exclude_types=scaffolding,
     )
     rows = found.rows
     anchor_ids = {mid for mid, kind in zip(rows.ids, rows.memory_type, strict=True) if kind == MemoryType.ANCHOR}
@@ -576,28 +627,43 @@ def get_working_context(
 
     cands = _Candidates.empty()
     for mid, rel, lex in zip(found.ids, found.relevance.tolist(), found.lexical.tolist(), strict=True):
-        cands.add(mid, rel, "lexical" if lex > 0.0 else "recent", rows.position[mid])
+        cands.add(mid, rel, "lexical" if lex > 0.0 else "semantic", rows.position[mid])
     if not found.ids:
         reasons.append("no_search_hits")
 
+    # Anchors and pins are forced in on their own; they never seed a walk (an anchor matches every
+    # query a little, and spreading from it would flood the results with its neighbourhood).
+    forced = anchor_ids | set(pins)
+    deep = router and strategy_used is Strategy.DEEP_MULTI_HOP
+    spread_seeds = [mid for mid in found.ids if mid not in forced][: cfg.graph_seeds] if deep else []
+    # Point queries are lookups ("invoices", "list decisions"): the memories around a hit would be noise.
+    # Legacy mode reads context too unless it runs the seed's formula as written.
+    with_context = not point_query and (router or cfg.weights().profile is ScoreProfile.CALIBRATED)
+    context_seeds = _context_seeds(cands, forced, cfg) if with_context else []
+    subgraph = _walk_graph(workspace, context_seeds, spread_seeds, cfg)
+    walks: list[tuple[_GraphResult, str, Callable[[SpreadHit], float]]] = []
+    if context_seeds and subgraph is not None:
+        context = _conversation_context(subgraph=subgraph, seed_ids=context_seeds, cands=cands, cfg=cfg)
+        reasons.extend(context.reasons)
+        walks.append((context, "context", _hit_score))
     graph = _GraphResult(None, {}, [], {}, [])
-    if router and strategy_used is Strategy.DEEP_MULTI_HOP:
-        graph = _graph_walk(workspace=workspace, seed_ids=found.ids[: cfg.graph_seeds], cfg=cfg)
+    if deep:
+        graph = _graph_walk(subgraph=subgraph, seed_ids=spread_seeds, cfg=cfg)
         reasons.extend(graph.reasons)
-        data = _add_spread(workspace, graph, found, cands, cfg, now)
-    elif router and strategy_used is Strategy.FACTUAL_POINT_QUERY:
+        walks.append((graph, "spread", _spread_relevance(graph, cands)))
+    data = _add_walks(workspace, walks, cands, found.rows, now, scaffolding)
+    if point_query:
         graph, data = _add_entity_mentions(
             workspace=workspace,
             query=query,
             found=found,
             cands=cands,
+            rows=data,
             cfg=cfg,
             limit=max(cfg.candidate_multiplier * k, k),
             now=now,
         )
         reasons.extend(graph.reasons)
-    else:
-        data = found.rows
     for pid in pins:
         if pid in rows.position:
             cands.force(pid, "pinned", 0.0, rows.position[pid])
@@ -611,11 +677,7 @@ def get_working_context(
     chars = data.chars[data_rows]
     if graph.subgraph is not None and graph.centrality_scores:
         index = graph.subgraph.index
-        nodes = np.fromiter(
-            (node if node >= 0 else index.get(mid, -1) for mid, node in zip(cands.ids, cands.node, strict=True)),
-            dtype=np.int64,
-            count=n,
-        )
+        nodes = np.fromiter((index.get(mid, -1) for mid in cands.ids), dtype=np.int64, count=n)
         centrality = candidate_centrality(graph.centrality_scores, nodes)
     else:
         centrality = np.zeros(n)
@@ -660,15 +722,13 @@ def get_working_context(
             memory_type=details[cands.ids[r]].memory_type if cands.ids[r] in details else "",
             score=float(scored.composite[r]),
             score_breakdown=scored.breakdown(r),
-            provenance=cands.provenance(r, graph),
+            provenance=cands.provenance(r),
             tokens=int(tokens[r]),
         )
         for r in selected
         if cands.ids[r] in details
     ]
-    declined = (
-        _declined_items(declined_rows, cands, graph, scored, order, budget, tokens, details, cfg) if explain else None
-    )
+    declined = _declined_items(declined_rows, cands, scored, order, budget, tokens, details, cfg) if explain else None
 
     returned_ids = [item.id for item in items]
     returned_anchors = [mid for mid in returned_ids if mid in anchor_ids]
@@ -683,7 +743,7 @@ def get_working_context(
         else []
     )
     if record and returned_ids:
-        subgraph = graph.subgraph
+        subgraph = graph.subgraph or subgraph
         if subgraph is None and cfg.max_partners > 0:
             subgraph = graph_store().neighbourhood(workspace, returned_ids, hops=1, max_nodes=10 * cfg.max_partners)
         decision_id = retrieval_signals(
@@ -714,45 +774,87 @@ def get_working_context(
     )
 
 
-def _add_spread(
-    workspace: Workspace,
-    graph: _GraphResult,
-    found: _Search,
-    cands: _Candidates,
-    cfg: SurfacingSettings,
-    now: datetime,
-) -> selectors.CandidateRows:
-    """Add the memories reached by spreading to ``cands``; return the scoring data of every candidate.
+def _hit_score(hit: SpreadHit) -> float:
+    return hit.score
 
-    Relevance of a reached memory: ``hit.score * relevance(seed)`` (= damping ** hops times the seed's),
-    or its own search relevance when that is higher. Rows not loaded by the search come from one query;
-    memories archived since the snapshot drop out there.
-    """
-    rows = found.rows
-    if graph.subgraph is None or not graph.hits:
-        return rows
-    subgraph = graph.subgraph
-    seed_relevance = {
-        subgraph.index[mid]: rel
-        for mid, rel in zip(found.ids[: cfg.graph_seeds], found.relevance.tolist(), strict=False)
-        if mid in subgraph.index
-    }
-    missing: list[tuple[int, uuid.UUID, float]] = []
-    for node, hit in graph.hits.items():
-        mid = subgraph.ids[node]
-        propagated = hit.score * seed_relevance.get(hit.seed, 0.0)
-        row = rows.position.get(mid)
-        if row is None:
-            missing.append((node, mid, propagated))
-        else:
-            cands.add(mid, propagated, "spread", row, node)
-    extra = selectors.candidate_rows(workspace=workspace, ids=[mid for _, mid, _ in missing], now=now)
-    offset = len(rows)
-    for node, mid, propagated in missing:
+
+def _add_walks(
+    workspace: Workspace,
+    walks: Sequence[tuple[_GraphResult, str, Callable[[SpreadHit], float]]],
+    cands: _Candidates,
+    data: selectors.CandidateRows,
+    now: datetime,
+    exclude_types: frozenset[str],
+) -> selectors.CandidateRows:
+    """Add the memories the graph walks reached to ``cands``, each walk's hits with its ``kind`` and
+    relevance rule (an entry already there keeps the higher relevance, and the walk that gave it is its
+    provenance), memories of ``exclude_types`` aside; return ``data`` extended by the rows it did not hold
+    yet, read in one query (memories archived since the snapshot drop out there)."""
+    missing: list[tuple[_GraphResult, str, int, uuid.UUID, float]] = []
+    for walk, kind, relevance_of in walks:
+        if walk.subgraph is None or not walk.hits:
+            continue
+        nodes = list(walk.hits)
+        for node, mid in zip(nodes, walk.subgraph.ids_of(nodes), strict=True):
+            relevance = relevance_of(walk.hits[node])
+            row = data.position.get(mid)
+            if row is None:
+                missing.append((walk, kind, node, mid, relevance))
+            elif data.memory_type[row] not in exclude_types:
+                cands.add(mid, relevance, kind, row, node, walk)
+    if not missing:
+        return data
+    extra = selectors.candidate_rows(workspace=workspace, ids=[entry[3] for entry in missing], now=now)
+    offset = len(data)
+    for walk, kind, node, mid, relevance in missing:
         row = extra.position.get(mid)
-        if row is not None:
-            cands.add(mid, propagated, "spread", offset + row, node)
-    return rows.concat(extra)
+        if row is not None and extra.memory_type[row] not in exclude_types:
+            cands.add(mid, relevance, kind, offset + row, node, walk)
+    return data.concat(extra)
+
+
+def _spread_relevance(graph: _GraphResult, cands: _Candidates) -> Callable[[SpreadHit], float]:
+    """Relevance of a memory reached by spreading: ``damping ** hops * strength * relevance(seed)``, where
+    ``strength`` is the product of its path's edge weights (capped at 1; a CO_RETRIEVED edge weighs its
+    count). A memory the search found keeps its own relevance when that is higher: a neighbour needs
+    query relevance or a strong path."""
+    seed_relevance: dict[int, float] = {}
+    if graph.subgraph is not None:
+        for node, mid in zip(graph.seeds, graph.subgraph.ids_of(graph.seeds), strict=True):
+            if mid in cands.at:
+                seed_relevance[node] = cands.relevance[cands.at[mid]]
+    return lambda hit: hit.score * hit.strength * seed_relevance.get(hit.seed, 0.0)
+
+
+def _context_seeds(cands: _Candidates, forced: set[uuid.UUID], cfg: SurfacingSettings) -> list[uuid.UUID]:
+    """The ``context_seeds`` most relevant candidates (anchors and pins aside) that pass relevance on."""
+    if cfg.context_hops <= 0 or cfg.context_seeds <= 0:
+        return []
+    order = np.argsort(-np.asarray(cands.relevance, dtype=np.float64), kind="stable").tolist()
+    seeds = [cands.ids[i] for i in order if cands.relevance[i] > 0.0 and cands.ids[i] not in forced]
+    return seeds[: cfg.context_seeds]
+
+
+def _conversation_context(
+    *, subgraph: Subgraph, seed_ids: list[uuid.UUID], cands: _Candidates, cfg: SurfacingSettings
+) -> _GraphResult:
+    """Relevance from the best candidates to the turns around them (FOLLOWS edges, both directions; see
+    ``surfacing.algorithms.context``). Reason ``context:<lifted>_from_<seeds>_seeds``."""
+    present = [mid for mid in seed_ids if mid in subgraph.index]
+    if not present:
+        return _GraphResult(subgraph, {}, [], {}, [])
+    seeds = subgraph.nodes_of(present)
+    forward, backward = context_damping(cfg.context_damping, cfg.context_backlink)
+    hits = propagate_relevance(
+        subgraph.csr,
+        seeds,
+        [cands.relevance[cands.at[mid]] for mid in present],
+        hops=cfg.context_hops,
+        forward=forward,
+        backward=backward,
+    )
+    reasons = [f"context:{len(hits)}_from_{len(present)}_seeds"] if hits else []
+    return _GraphResult(subgraph, hits, seeds, {}, reasons)
 
 
 MAX_ENTITY_NEIGHBOURS = 50_000
@@ -765,6 +867,7 @@ def _add_entity_mentions(
     query: str,
     found: _Search,
     cands: _Candidates,
+    rows: selectors.CandidateRows,
     cfg: SurfacingSettings,
     limit: int,
     now: datetime,
@@ -781,7 +884,6 @@ def _add_entity_mentions(
     stays lexical, as before, and no reason is added. Reasons: ``entity:<n>_named`` and
     ``entity_mentions:<candidates>_of_<mentions>``.
     """
-    rows = found.rows
     entity_ids = selectors.entity_memories(workspace=workspace, keys=entity_keys(query))
     if not entity_ids:
         return _GraphResult(None, {}, [], {}, []), rows
@@ -832,14 +934,15 @@ def _add_entity_mentions(
     relevance = mention_relevance(
         [lexical_of.get(mid, 0.0) for mid, _, _, _ in entries], [hops for _, hops, _, _ in entries], cfg.spread_damping
     )
+    result = _GraphResult(subgraph, hits, seeds, {}, reasons)
     reached = 0
     for (mid, _, kind, node), rel in zip(entries, relevance.tolist(), strict=True):
         row = row_of(mid)
         if row is not None:  # archived or forgotten memories have no row
-            cands.claim(mid, rel, kind, row, node)
+            cands.claim(mid, rel, kind, row, node, result)
             reached += kind == "spread"
     reasons.append(f"entity_mentions:{reached}_of_{nodes_total}")
-    return _GraphResult(subgraph, hits, seeds, {}, reasons), data
+    return result, data
 
 
 # -- search -----------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
-"""Per-workspace surfacing settings (defaults = the seed values) and the evolution settings hook.
+"""Per-workspace surfacing settings and the evolution settings hook.
 
 A workspace stores only its overrides (``Workspace.surfacing_settings``); the effective settings are the
-defaults below with those overrides on top, and every request may override them again
-(``settings_override``). Every value is validated here, and a bad one is an InvalidInput naming the field
+defaults below, then the values of the chosen ``score_profile`` (``calibrated`` by default; ``seed`` gives
+seed 001's exact composite with its constants), then the stored overrides, and every request may override
+them again (``settings_override``). Every value is validated here, and a bad one is an InvalidInput naming the field
 as ``surfacing.<key>`` (or ``evolution.<key>``), so the API, the commands and the pages reject the same
 input with the same words.
 
@@ -19,7 +20,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from memories.errors import InvalidInput
-from surfacing.algorithms.composite import SurfacingMode, Weights
+from surfacing.algorithms.composite import ScoreProfile, SurfacingMode, Weights
 from surfacing.algorithms.relevance import DEFAULT_LEXICAL_WEIGHT
 
 __all__ = [
@@ -36,14 +37,23 @@ __all__ = [
 class SurfacingSettings:
     """Everything get_working_context tunes. Units: hours for times; weights are unitless.
 
-    - ``mode``: "legacy" (seed default: fast:recency and ``relevance * recency * max(act, floor)``) or
+    - ``mode``: "legacy" (seed default: fast:recency, relevance with recency and activation, no graph) or
       "router" (router, composite, pins, freshness, spreading and PPR).
-    - composite: ``activation_floor``, ``centrality_weight``, ``pin_multiplier``, ``freshness_max``,
-      ``freshness_window_hours``, ``recency_time_constant_hours`` (24 h buries anything older than a few
-      days; raise it for long-horizon workspaces), ``anchor_boost``.
-    - relevance: ``lexical_weight`` in the BM25/cosine fusion; ``candidate_multiplier`` (candidates =
-      max(multiplier * k, k)); ``semantic_pool`` recent memories scored by cosine besides the lexical
-      hits, admitted when cosine >= ``semantic_min_similarity``.
+    - ``score_profile``: "calibrated" (relevance times bounded priors, see
+      ``surfacing.algorithms.composite``) or "seed" (seed 001's formula). Choosing a profile also chooses
+      its values of the composite knobs below (``PROFILE_VALUES``) unless they are set explicitly.
+    - composite: ``activation_weight`` and ``recency_weight`` (calibrated), ``activation_floor`` (seed),
+      ``centrality_weight``, ``pin_multiplier``, ``freshness_max``, ``freshness_window_hours``,
+      ``recency_time_constant_hours``, ``anchor_boost``.
+    - relevance: ``lexical_weight`` in the BM25/cosine fusion; ``candidate_multiplier`` (lexical
+      candidates = max(multiplier * k, k)); ``semantic_pool`` nearest memories by embedding (the vector
+      index over the whole workspace) besides the lexical hits, admitted when cosine >=
+      ``semantic_min_similarity``.
+    - context (router mode, and legacy mode in the calibrated profile; never for point queries): the
+      ``context_seeds`` most relevant candidates pass ``context_damping`` of their relevance per hop to
+      the memories up to ``context_hops`` edges away: the turns before and after them (FOLLOWS) and the
+      memories they link to (RELATED, DERIVED_FROM, ...); a memory that links to a hit gets
+      ``context_backlink`` of that (``surfacing.algorithms.context``; 0 hops turns it off).
     - graph (deep:multi-hop): ``graph_seeds`` top hits to start from; ``spread_enabled``,
       ``spread_depth``, ``spread_fan_out``, ``spread_damping``; ``ppr_enabled``, ``ppr_alpha``,
       ``ppr_epsilon`` (per-degree residual threshold of the forward push), ``ppr_max_pushes`` (work cap;
@@ -54,12 +64,15 @@ class SurfacingSettings:
     """
 
     mode: str = SurfacingMode.LEGACY.value
+    score_profile: str = ScoreProfile.CALIBRATED.value
+    activation_weight: float = 0.1
+    recency_weight: float = 0.1
     activation_floor: float = 0.05
-    centrality_weight: float = 0.5
+    centrality_weight: float = 0.2
     pin_multiplier: float = 0.3
-    freshness_max: float = 0.2
+    freshness_max: float = 0.05
     freshness_window_hours: float = 24.0
-    recency_time_constant_hours: float = 24.0
+    recency_time_constant_hours: float = 720.0
     anchor_boost: float = 1.0
     lexical_weight: float = DEFAULT_LEXICAL_WEIGHT
     candidate_multiplier: int = 5
@@ -77,6 +90,10 @@ class SurfacingSettings:
     ppr_top_k: int = 100
     ppr_undirected: bool = True
     max_partners: int = 50
+    context_seeds: int = 30
+    context_hops: int = 2
+    context_damping: float = 0.8
+    context_backlink: float = 0.75
 
     @property
     def surfacing_mode(self) -> SurfacingMode:
@@ -84,6 +101,9 @@ class SurfacingSettings:
 
     def weights(self) -> Weights:
         return Weights(
+            profile=ScoreProfile(self.score_profile),
+            activation_weight=self.activation_weight,
+            recency_weight=self.recency_weight,
             activation_floor=self.activation_floor,
             centrality_weight=self.centrality_weight,
             pin_multiplier=self.pin_multiplier,
@@ -98,6 +118,18 @@ class SurfacingSettings:
 
 
 DEFAULTS = SurfacingSettings()
+
+PROFILE_VALUES: dict[str, dict[str, Any]] = {
+    # Calibrated on long multi-session conversations (docs/surfacing.md, "Calibration").
+    ScoreProfile.CALIBRATED.value: {},
+    # Seed 001's constants: what the seed formula was written with.
+    ScoreProfile.SEED.value: {
+        "activation_floor": 0.05,
+        "centrality_weight": 0.5,
+        "freshness_max": 0.2,
+        "recency_time_constant_hours": 24.0,
+    },
+}
 
 # key -> (kind, low, high, low_inclusive): numbers must be finite and within [low, high] (or (low, high]).
 _RANGES: dict[str, tuple[type, float, float, bool]] = {
@@ -121,6 +153,12 @@ _RANGES: dict[str, tuple[type, float, float, bool]] = {
     "ppr_max_pushes": (int, 0, 5_000_000, True),
     "ppr_top_k": (int, 1, 10_000, True),
     "max_partners": (int, 0, 500, True),
+    "activation_weight": (float, 0.0, 10.0, True),
+    "recency_weight": (float, 0.0, 10.0, True),
+    "context_seeds": (int, 0, 200, True),
+    "context_hops": (int, 0, 5, True),
+    "context_damping": (float, 0.0, 1.0, True),
+    "context_backlink": (float, 0.0, 1.0, True),
 }
 _BOOLEANS = frozenset({"spread_enabled", "ppr_enabled", "ppr_undirected"})
 SURFACING_KEYS = frozenset(f.name for f in fields(SurfacingSettings))
@@ -143,11 +181,12 @@ def _number(key: str, value: Any, kind: type, low: float, high: float, low_inclu
 
 def _validate_value(key: str, value: Any) -> Any:
     name = f"surfacing.{key}"
-    if key == "mode":
-        if value not in SurfacingMode.__members__.values():
-            allowed = ", ".join(m.value for m in SurfacingMode)
-            raise InvalidInput(f"{name}: {value!r} is not one of {allowed}", field=name)
-        return str(value)
+    for choice_key, choices in (("mode", SurfacingMode), ("score_profile", ScoreProfile)):
+        if key == choice_key:
+            if value not in choices.__members__.values():
+                allowed = ", ".join(m.value for m in choices)
+                raise InvalidInput(f"{name}: {value!r} is not one of {allowed}", field=name)
+            return str(value)
     if key in _BOOLEANS:
         if not isinstance(value, bool):
             raise InvalidInput(f"{name}: expected true or false", field=name)
@@ -174,7 +213,8 @@ def validate_surfacing_changes(changes: Any) -> dict[str, Any]:
 def effective_settings(
     stored: Mapping[str, Any] | None, override: Mapping[str, Any] | None = None
 ) -> SurfacingSettings:
-    """Defaults, then the workspace's stored overrides, then a per-request override (all validated).
+    """Defaults, then the chosen profile's values, then the workspace's stored overrides, then a
+    per-request override (all validated).
 
     A stored key that is no longer known (a setting removed in an upgrade) is ignored rather than
     failing every request of that workspace.
@@ -187,7 +227,8 @@ def effective_settings(
                 values.pop(key, None)
             else:
                 values[key] = value
-    return replace(DEFAULTS, **values)
+    profile = values.get("score_profile", DEFAULTS.score_profile)
+    return replace(DEFAULTS, **{**PROFILE_VALUES[profile], **values})
 
 
 # -- evolution settings -----------------------------------------------------------------------------

@@ -1,15 +1,32 @@
 """Composite surfacing score: how activation, relevance, recency, centrality, anchors, pins and freshness
 combine into one rank, and the per-item breakdown that explains it.
 
-Router mode (seed 001):
+Two scoring profiles share every signal:
+
+``calibrated`` (the default of new workspaces): relevance decides, the other signals are bounded priors
+that multiply it, so nothing without relevance is lifted and nothing relevant is buried::
+
+    score = relevance * (1 + activation_weight * activation)
+                      * (1 + recency_weight * recency + freshness)
+                      * (1 + centrality_weight * centrality)
+            + anchor_boost * is_anchor + pin_multiplier * pin_weight
+
+Each factor lies in [1, 1 + weight]: a memory nobody used for a year keeps at least ``1 / (1 + w_a)`` of
+the score a warm one gets for the same relevance, so fading shapes the order without hiding what a query
+asked for, and no product underflows.
+
+``seed`` (seed 001, exactly; kept as a named profile): router mode
 
     score = max(activation, floor) * relevance * recency * (1 + centrality_weight * centrality)
             + anchor_boost * is_anchor + pin_multiplier * pin_weight + freshness
 
-Legacy mode: ``relevance * recency * max(activation, floor)``; no pins, freshness or centrality.
+and legacy mode ``relevance * recency * max(activation, floor)``. Its ``exp(-age / 24 h)`` recency
+underflows to 0 for memories a few years old; rows whose products are equal (0 included) are ordered by
+the same product computed in log space, which is the order the formula means.
 
-Mandatory rows (anchors in both modes; session pins in router mode) come first whatever their score.
-All arrays are aligned by candidate; every function is vectorised and returns float64.
+Legacy mode drops pins, freshness and centrality in both profiles. Mandatory rows (anchors in both modes;
+session pins in router mode) come first whatever their score. All arrays are aligned by candidate; every
+function is vectorised and returns float64.
 """
 
 from __future__ import annotations
@@ -24,9 +41,12 @@ import numpy.typing as npt
 __all__ = [
     "CandidateSignals",
     "ScoreBreakdown",
+    "ScoreFactors",
+    "ScoreProfile",
     "ScoredCandidates",
     "SurfacingMode",
     "Weights",
+    "calibrated_score",
     "freshness",
     "legacy_score",
     "pin_boost",
@@ -40,6 +60,7 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
 UNKNOWN_AGE_RECENCY = 0.5
+_TINY = 1e-300  # log() argument floor: keeps log(0) finite in the seed profile's log-space order
 
 
 class SurfacingMode(StrEnum):
@@ -47,10 +68,20 @@ class SurfacingMode(StrEnum):
     ROUTER = "router"
 
 
+class ScoreProfile(StrEnum):
+    CALIBRATED = "calibrated"
+    SEED = "seed"
+
+
 @dataclass(frozen=True)
 class Weights:
-    """Tunables of the composite score (a workspace's surfacing settings), defaulting to the seed values."""
+    """Tunables of the composite score (a workspace's surfacing settings).
 
+    ``Weights()`` is the seed profile with the seed's values; ``activation_weight`` and ``recency_weight``
+    are read by the calibrated profile only, ``activation_floor`` by the seed profile only.
+    """
+
+    profile: ScoreProfile = ScoreProfile.SEED
     activation_floor: float = 0.05
     centrality_weight: float = 0.5
     pin_multiplier: float = 0.3
@@ -58,9 +89,19 @@ class Weights:
     freshness_window_hours: float = 24.0
     recency_time_constant_hours: float = 24.0
     anchor_boost: float = 1.0
+    activation_weight: float = 0.0
+    recency_weight: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("activation_floor", "centrality_weight", "pin_multiplier", "freshness_max", "anchor_boost"):
+        for name in (
+            "activation_floor",
+            "centrality_weight",
+            "pin_multiplier",
+            "freshness_max",
+            "anchor_boost",
+            "activation_weight",
+            "recency_weight",
+        ):
             value = getattr(self, name)
             if not np.isfinite(value) or value < 0.0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value}")
@@ -70,8 +111,28 @@ class Weights:
                 raise ValueError(f"{name} must be a finite number > 0, got {value}")
 
 
+class ScoreFactors(TypedDict):
+    """The terms that really made one composite: ``score = base + anchor + pin (+ freshness, seed
+    profile)``, ``base = relevance * activation * recency * centrality`` (the factors as multiplied:
+    the floored activation and the bare recency in the seed profile, the bounded ``1 + w * signal`` priors
+    in the calibrated one). ``log_base`` is ``ln(base)`` when the base is too small to read (seed profile,
+    old memories), else None."""
+
+    profile: str
+    relevance: float
+    activation: float
+    recency: float
+    centrality: float
+    base: float
+    log_base: float | None
+    anchor: float
+    pin: float
+    freshness: float
+
+
 class ScoreBreakdown(TypedDict):
-    """Per-item explanation returned by get_working_context (the API's ``score_breakdown``)."""
+    """Per-item explanation returned by get_working_context (the API's ``score_breakdown``): the raw
+    signals of seed 001, and ``factors``, the terms the active profile multiplied and added."""
 
     activation: float
     relevance: float
@@ -80,6 +141,7 @@ class ScoreBreakdown(TypedDict):
     anchor_forced: bool
     session_pin_boost: float
     freshness_boost: float
+    factors: ScoreFactors
 
 
 def _f64(values: npt.ArrayLike) -> FloatArray:
@@ -87,7 +149,7 @@ def _f64(values: npt.ArrayLike) -> FloatArray:
 
 
 def recency(age_hours: npt.ArrayLike, time_constant_hours: float = 24.0) -> FloatArray:
-    """``exp(-age_hours / time_constant_hours)`` in (0, 1]; unknown age (NaN) gives 0.5.
+    """``exp(-age_hours / time_constant_hours)`` in [0, 1]; unknown age (NaN) gives 0.5.
 
     Age is hours since ``updated_at`` (else ``created_at``); a negative age (clock skew) counts as 0.
     """
@@ -97,8 +159,17 @@ def recency(age_hours: npt.ArrayLike, time_constant_hours: float = 24.0) -> Floa
     return np.where(unknown, UNKNOWN_AGE_RECENCY, decayed)
 
 
+def _log_recency(age_hours: npt.ArrayLike, time_constant_hours: float) -> FloatArray:
+    """``ln(recency)`` without underflow: ``-age / time_constant`` (ln 0.5 for an unknown age)."""
+    age = _f64(age_hours)
+    unknown = np.isnan(age)
+    return np.where(
+        unknown, np.log(UNKNOWN_AGE_RECENCY), -np.maximum(np.where(unknown, 0.0, age), 0.0) / time_constant_hours
+    )
+
+
 def freshness(age_hours: npt.ArrayLike, window_hours: float = 24.0, max_boost: float = 0.2) -> FloatArray:
-    """Additive boost for new items: ``max_boost * (1 - age / window)`` for ``0 <= age < window``, else 0.
+    """Boost for new items: ``max_boost * (1 - age / window)`` for ``0 <= age < window``, else 0.
 
     Unknown age (NaN) gives 0; a negative age counts as 0 (full boost).
     """
@@ -115,7 +186,7 @@ def pin_boost(pin_weight: npt.ArrayLike, multiplier: float = 0.3) -> FloatArray:
 def legacy_score(
     activation: npt.ArrayLike, relevance: npt.ArrayLike, recency: npt.ArrayLike, floor: float = 0.05
 ) -> FloatArray:
-    """Legacy composite: ``relevance * recency * max(activation, floor)``."""
+    """Seed legacy composite: ``relevance * recency * max(activation, floor)``."""
     return _f64(relevance) * _f64(recency) * np.maximum(_f64(activation), floor)
 
 
@@ -130,23 +201,46 @@ def router_score(
     centrality_weight: float = 0.5,
     floor: float = 0.05,
 ) -> FloatArray:
-    """Router composite: ``max(act, floor) * rel * rec * (1 + centrality_weight * centrality)`` plus the
-    additive ``anchor`` (already scaled, e.g. 1.0 for an anchor), ``pin_boost`` and ``freshness``."""
+    """Seed router composite: ``max(act, floor) * rel * rec * (1 + centrality_weight * centrality)`` plus
+    the additive ``anchor`` (already scaled, e.g. 1.0 for an anchor), ``pin_boost`` and ``freshness``."""
     base = np.maximum(_f64(activation), floor) * _f64(relevance) * _f64(recency)
     return base * (1.0 + centrality_weight * _f64(centrality)) + _f64(anchor) + _f64(pin_boost) + _f64(freshness)
 
 
-def rank(composite: npt.ArrayLike, mandatory: npt.ArrayLike) -> npt.NDArray[np.int64]:
-    """Row order: mandatory rows first, then composite descending; ties keep index order (stable).
+def calibrated_score(
+    activation: npt.ArrayLike,
+    relevance: npt.ArrayLike,
+    recency: npt.ArrayLike,
+    centrality: npt.ArrayLike,
+    freshness: npt.ArrayLike,
+    weights: Weights,
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Calibrated base score and its three prior factors ``(base, f_activation, f_recency, f_centrality)``:
+    ``base = relevance * f_activation * f_recency * f_centrality`` with
+    ``f_activation = 1 + activation_weight * activation``, ``f_recency = 1 + recency_weight * recency +
+    freshness`` and ``f_centrality = 1 + centrality_weight * centrality``. Inputs in [0, 1]."""
+    f_act = 1.0 + weights.activation_weight * _f64(activation)
+    f_rec = 1.0 + weights.recency_weight * _f64(recency) + _f64(freshness)
+    f_cen = 1.0 + weights.centrality_weight * _f64(centrality)
+    return _f64(relevance) * f_act * f_rec * f_cen, f_act, f_rec, f_cen
 
-    NaN scores sort last within their group.
+
+def rank(
+    composite: npt.ArrayLike, mandatory: npt.ArrayLike, tiebreak: npt.ArrayLike | None = None
+) -> npt.NDArray[np.int64]:
+    """Row order: mandatory rows first, then composite descending, then ``tiebreak`` descending (when
+    given); remaining ties keep index order (stable). NaN scores sort last within their group.
     """
     score = _f64(composite)
     must = np.asarray(mandatory, dtype=np.bool_)
     if score.shape != must.shape:
         raise ValueError(f"composite and mandatory must align, got {score.shape} and {must.shape}")
+    keys: list[npt.NDArray[np.generic]] = []
+    if tiebreak is not None:
+        keys.append(-np.nan_to_num(_f64(tiebreak), nan=-np.inf))
+    keys += [-np.nan_to_num(score, nan=-np.inf), ~must]
     # np.lexsort is stable: the last key is primary, equal keys keep their index order.
-    return np.lexsort((-np.nan_to_num(score, nan=-np.inf), ~must)).astype(np.int64)
+    return np.lexsort(tuple(keys)).astype(np.int64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -175,7 +269,8 @@ class CandidateSignals:
 
 @dataclass(frozen=True, eq=False)
 class ScoredCandidates:
-    """The composite score and every breakdown column as used (after mode rules and anchor overrides)."""
+    """The composite score, every breakdown column as used (after mode rules and anchor overrides), and
+    the factors the profile multiplied (``f_*``; ``log_base`` orders rows whose composites are equal)."""
 
     composite: FloatArray
     activation: FloatArray
@@ -186,13 +281,25 @@ class ScoredCandidates:
     session_pin_boost: FloatArray
     freshness_boost: FloatArray
     mandatory: BoolArray
+    profile: ScoreProfile
+    f_activation: FloatArray
+    f_recency: FloatArray
+    f_centrality: FloatArray
+    base: FloatArray
+    log_base: FloatArray
+    anchor: FloatArray
 
     def order(self) -> npt.NDArray[np.int64]:
-        """``rank`` of these candidates."""
-        return rank(self.composite, self.mandatory)
+        """``rank`` of these candidates (ties of the composite broken by the base in log space)."""
+        return rank(self.composite, self.mandatory, self.log_base)
 
     def breakdown(self, row: int) -> ScoreBreakdown:
         """JSON-ready explanation of one candidate's score."""
+        base = float(self.base[row])
+        log_base = float(self.log_base[row])
+        # A base of no relevance at all has no meaningful log; one too small to read shows it.
+        readable = base >= 1e-6 or self.relevance[row] <= 0.0
+        seed = self.profile is ScoreProfile.SEED
         return ScoreBreakdown(
             activation=float(self.activation[row]),
             relevance=float(self.relevance[row]),
@@ -201,19 +308,30 @@ class ScoredCandidates:
             anchor_forced=bool(self.anchor_forced[row]),
             session_pin_boost=float(self.session_pin_boost[row]),
             freshness_boost=float(self.freshness_boost[row]),
+            factors=ScoreFactors(
+                profile=self.profile.value,
+                relevance=float(self.relevance[row]),
+                activation=float(self.f_activation[row]),
+                recency=float(self.f_recency[row]),
+                centrality=float(self.f_centrality[row]),
+                base=base,
+                log_base=None if readable else log_base,
+                anchor=float(self.anchor[row]),
+                pin=float(self.session_pin_boost[row]),
+                freshness=float(self.freshness_boost[row]) if seed else 0.0,
+            ),
         )
 
 
 def score_candidates(
     signals: CandidateSignals, *, mode: SurfacingMode, weights: Weights | None = None
 ) -> ScoredCandidates:
-    """Apply the seed's scoring rules for ``mode`` to all candidates at once.
+    """Apply the scoring rules of ``weights.profile`` for ``mode`` to all candidates at once.
 
     Anchors are forced in both modes: relevance and recency 1, ``anchor_forced`` True, mandatory; in
     router mode they also add ``anchor_boost``. Router mode adds pins (mandatory, ``pin_weight *
     pin_multiplier``), freshness and centrality; legacy mode reports those three as 0 and does not force
-    pins. Activation in the breakdown is the value before the floor (the floor only applies inside the
-    product).
+    pins. Activation in the breakdown is the decayed value before any floor or weight.
     """
     w = weights or Weights()
     anchor = np.asarray(signals.is_anchor, dtype=np.bool_)
@@ -221,22 +339,40 @@ def score_candidates(
     relevance = np.where(anchor, 1.0, np.clip(np.nan_to_num(_f64(signals.relevance), nan=0.0), 0.0, 1.0))
     rec = np.where(anchor, 1.0, recency(signals.age_hours, w.recency_time_constant_hours))
     zeros = np.zeros_like(activation)
-    if mode is SurfacingMode.LEGACY:
-        composite = legacy_score(activation, relevance, rec, w.activation_floor)
-        return ScoredCandidates(composite, activation, relevance, rec, zeros, anchor, zeros, zeros, anchor.copy())
-    pinned = np.asarray(signals.is_pinned, dtype=np.bool_)
-    centrality = np.clip(np.nan_to_num(_f64(signals.centrality), nan=0.0), 0.0, 1.0)
+    router = mode is SurfacingMode.ROUTER
+    pinned = np.asarray(signals.is_pinned, dtype=np.bool_) if router else np.zeros_like(anchor)
+    centrality = np.clip(np.nan_to_num(_f64(signals.centrality), nan=0.0), 0.0, 1.0) if router else zeros
     pins = np.where(pinned, pin_boost(np.nan_to_num(_f64(signals.pin_weight), nan=0.0), w.pin_multiplier), 0.0)
-    fresh = freshness(signals.age_hours, w.freshness_window_hours, w.freshness_max)
-    composite = router_score(
-        activation,
-        relevance,
-        rec,
-        centrality,
-        np.where(anchor, w.anchor_boost, 0.0),
-        pins,
-        fresh,
-        centrality_weight=w.centrality_weight,
-        floor=w.activation_floor,
+    fresh = freshness(signals.age_hours, w.freshness_window_hours, w.freshness_max) if router else zeros
+    anchor_add = np.where(anchor, w.anchor_boost, 0.0) if router else zeros
+    if w.profile is ScoreProfile.CALIBRATED:
+        base, f_act, f_rec, f_cen = calibrated_score(activation, relevance, rec, centrality, fresh, w)
+        composite = base + anchor_add + pins
+        with np.errstate(divide="ignore"):
+            log_base = np.log(np.maximum(base, _TINY))
+    else:
+        f_act = np.maximum(activation, w.activation_floor)
+        f_cen = 1.0 + w.centrality_weight * centrality
+        f_rec = rec
+        base = f_act * relevance * rec * f_cen
+        composite = base + anchor_add + pins + fresh
+        log_rec = np.where(anchor, 0.0, _log_recency(signals.age_hours, w.recency_time_constant_hours))
+        log_base = np.log(f_act) + np.log(np.maximum(relevance, _TINY)) + log_rec + np.log(f_cen)
+    return ScoredCandidates(
+        composite=composite,
+        activation=activation,
+        relevance=relevance,
+        recency=rec,
+        centrality=centrality,
+        anchor_forced=anchor,
+        session_pin_boost=pins,
+        freshness_boost=fresh,
+        mandatory=anchor | pinned,
+        profile=w.profile,
+        f_activation=f_act,
+        f_recency=f_rec,
+        f_centrality=f_cen,
+        base=base,
+        log_base=log_base,
+        anchor=anchor_add,
     )
-    return ScoredCandidates(composite, activation, relevance, rec, centrality, anchor, pins, fresh, anchor | pinned)

@@ -46,7 +46,9 @@ class SpreadHit(NamedTuple):
     """A node reached by spreading (immutable).
 
     ``score`` = damping ** hops; ``seed`` is the seed its path starts from; ``via`` the previous node on
-    that path (the seed itself at hop 1); ``edge_type`` the type of the edge from ``via`` to it. A named
+    that path (the seed itself at hop 1); ``edge_type`` the type of the edge from ``via`` to it;
+    ``strength`` the product of the path's edge weights, each capped at 1 (a CO_RETRIEVED edge weighs
+    its co-retrieval count, so a pair seen together once is a weak path and an explicit link a full one). A named
     tuple rather than a frozen dataclass: a deep query makes ~1,000 of them, and a dataclass's
     ``__init__`` alone cost more than the whole vectorised walk.
     """
@@ -56,6 +58,7 @@ class SpreadHit(NamedTuple):
     seed: int
     edge_type: str
     via: int
+    strength: float = 1.0
 
 
 def _checked_seeds(graph: CSRGraph, seeds: Sequence[int], depth: int, fan_out: int, damping: float) -> list[int]:
@@ -93,6 +96,7 @@ def spread(
     reached = np.zeros(graph.n_nodes, dtype=np.bool_)
     frontier = np.asarray(unique_seeds, dtype=np.int64)
     origin = frontier
+    strength = np.ones(frontier.shape[0])
     reached[frontier] = True
     hits: dict[int, SpreadHit] = {}
     for hop in range(1, depth + 1):
@@ -100,16 +104,17 @@ def spread(
             break
         nb = top_neighbours_many(graph, frontier, fan_out, allowed)
         fresh = ~reached[nb.nodes]
-        nodes, owner, types = nb.nodes[fresh], nb.owner[fresh], nb.edge_types[fresh]
+        nodes, owner, types, weights = nb.nodes[fresh], nb.owner[fresh], nb.edge_types[fresh], nb.weights[fresh]
         # Entries come in walk order (frontier node, then its neighbours by weight): the first occurrence
         # of a node is where the node-by-node walk would have reached it.
         _, first = np.unique(nodes, return_index=True)
         first.sort()
         owner = owner[first]
+        strength = strength[owner] * np.minimum(weights[first].astype(np.float64), 1.0)
         via, origin, frontier, types = frontier[owner], origin[owner], nodes[first], types[first]
         reached[frontier] = True
         names = [EDGE_TYPES[t] for t in types.tolist()]
-        rows = zip(repeat(damping**hop), repeat(hop), origin.tolist(), names, via.tolist())
+        rows = zip(repeat(damping**hop), repeat(hop), origin.tolist(), names, via.tolist(), strength.tolist())
         hits.update(zip(frontier.tolist(), map(SpreadHit._make, rows), strict=True))
     return hits
 
@@ -129,17 +134,18 @@ def spread_stepwise(
     allowed = edge_type_mask(allowed_types)
     seed_set = set(unique_seeds)
     hits: dict[int, SpreadHit] = {}
-    frontier = [(s, s) for s in unique_seeds]  # (node, originating seed)
+    frontier = [(s, s, 1.0) for s in unique_seeds]  # (node, originating seed, path strength)
     for hop in range(1, depth + 1):
         score = damping**hop
-        next_frontier: list[tuple[int, int]] = []
-        for node, origin in frontier:
+        next_frontier: list[tuple[int, int, float]] = []
+        for node, origin, strength in frontier:
             nb = top_neighbours(graph, node, fan_out, allowed)
-            for v, t in zip(nb.nodes.tolist(), nb.edge_types.tolist(), strict=True):
+            for v, t, w in zip(nb.nodes.tolist(), nb.edge_types.tolist(), nb.weights.tolist(), strict=True):
                 if v in seed_set or v in hits:
                     continue
-                hits[v] = SpreadHit(score=score, hops=hop, seed=origin, edge_type=edge_type_name(t), via=node)
-                next_frontier.append((v, origin))
+                path = strength * min(float(w), 1.0)
+                hits[v] = SpreadHit(score, hop, origin, edge_type_name(t), node, path)
+                next_frontier.append((v, origin, path))
         if not next_frontier:
             break
         frontier = next_frontier

@@ -12,11 +12,13 @@ from memories import services as memory_services
 from memories.inputs import SessionInput, TurnInput
 from memories.models import Memory, Role, Workspace
 from memories.signalbus import LocalSignalBus
+from surfacing.settings import DEFAULTS
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api, pytest.mark.usefixtures("stores")]
 
 Make = Callable[..., Memory]
 BREAKDOWN_KEYS = {
+    "factors",
     "activation",
     "relevance",
     "recency",
@@ -69,12 +71,13 @@ def test_context_returns_the_contract_shape(
     assert body["confidence"] == 0.75
     assert body["reasons"][0] == "keyword:why"
     assert body["settings"]["mode"] == "router"
-    assert body["settings"]["recency_time_constant_hours"] == 24.0
+    assert body["settings"]["recency_time_constant_hours"] == DEFAULTS.recency_time_constant_hours
+    assert body["settings"]["score_profile"] == "calibrated"
     kinds = {item["id"]: item["provenance"]["kind"] for item in body["items"]}
     assert kinds == {
         str(graph["anchor"].id): "anchor",
         str(graph["decision"].id): "lexical",
-        str(graph["balancer"].id): "spread",
+        str(graph["balancer"].id): "context",  # what the decision links to
     }
     for item in body["items"]:
         assert set(item) == {"id", "content", "memory_type", "score", "score_breakdown", "provenance"}

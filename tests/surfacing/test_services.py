@@ -51,7 +51,10 @@ def test_legacy_mode_scores_relevance_times_recency_times_floored_activation(
     workspace: Workspace, make_memory: Make, now: datetime
 ) -> None:
     memory = aged(make_memory, now, "postgres connection pool settings", 1.0)
-    ctx = services.get_working_context(workspace, "s", "postgres pool", k=5, mode="legacy", record=False, now=now)
+    seed = {"score_profile": "seed"}
+    ctx = services.get_working_context(
+        workspace, "s", "postgres pool", k=5, mode="legacy", settings_override=seed, record=False, now=now
+    )
 
     (item,) = ctx.items
     breakdown = item.score_breakdown
@@ -71,7 +74,15 @@ def test_router_mode_adds_freshness_for_new_memories(workspace: Workspace, make_
     twelve = aged(make_memory, now, "deploy rollback notes", 12.0)
     old = aged(make_memory, now, "deploy history of last year", 48.0)
     ctx = services.get_working_context(
-        workspace, "s", "deploy", k=5, mode="router", strategy="fast:recency", record=False, now=now
+        workspace,
+        "s",
+        "deploy",
+        k=5,
+        mode="router",
+        strategy="fast:recency",
+        settings_override={"score_profile": "seed"},
+        record=False,
+        now=now,
     )
     by_id = {item.id: item.score_breakdown for item in ctx.items}
     assert by_id[one.id]["freshness_boost"] == pytest.approx(0.191667, abs=1e-6)
@@ -83,6 +94,9 @@ def test_router_mode_adds_freshness_for_new_memories(workspace: Workspace, make_
 def test_recency_time_constant_is_a_setting(workspace: Workspace, make_memory: Make, now: datetime) -> None:
     aged(make_memory, now, "quarterly budget review", 24.0 * 30)
     default = services.get_working_context(workspace, "s", "budget", mode="legacy", record=False, now=now)
+    seed = services.get_working_context(
+        workspace, "s", "budget", mode="legacy", record=False, now=now, settings_override={"score_profile": "seed"}
+    )
     tuned = services.get_working_context(
         workspace,
         "s",
@@ -92,7 +106,8 @@ def test_recency_time_constant_is_a_setting(workspace: Workspace, make_memory: M
         now=now,
         settings_override={"recency_time_constant_hours": 24.0 * 365},
     )
-    assert default.items[0].score_breakdown["recency"] == pytest.approx(math.exp(-30), rel=1e-6)
+    assert default.items[0].score_breakdown["recency"] == pytest.approx(math.exp(-1), rel=1e-6)  # 30 days
+    assert seed.items[0].score_breakdown["recency"] == pytest.approx(math.exp(-30), rel=1e-6)  # seed: 24 h
     assert tuned.items[0].score_breakdown["recency"] == pytest.approx(math.exp(-30 / 365), rel=1e-6)
     assert tuned.settings.recency_time_constant_hours == 24.0 * 365
 
@@ -118,7 +133,16 @@ def test_deep_multi_hop_surfaces_graph_neighbours_that_share_no_word(
     link(workspace, decision, balancer, "RELATED")
     link(workspace, balancer, rfc, "MENTIONS")
 
-    ctx = services.get_working_context(workspace, "s", "why did we pick JWT?", mode="router", record=False, now=now)
+    # Context off: the RELATED neighbour would be lifted by the decision's links before spreading reached it.
+    ctx = services.get_working_context(
+        workspace,
+        "s",
+        "why did we pick JWT?",
+        mode="router",
+        settings_override={"context_hops": 0},
+        record=False,
+        now=now,
+    )
 
     assert ctx.strategy_used == "deep:multi-hop"
     assert ctx.reasons[0] == "keyword:why"
@@ -144,16 +168,46 @@ def test_deep_multi_hop_surfaces_graph_neighbours_that_share_no_word(
     assert hop2.score_breakdown["centrality"] < hop1.score_breakdown["centrality"]
 
 
-def test_fast_recency_and_legacy_never_walk_the_graph(workspace: Workspace, make_memory: Make, now: datetime) -> None:
+def test_fast_recency_and_legacy_never_spread(workspace: Workspace, make_memory: Make, now: datetime) -> None:
     decision = make_memory("We picked JWT for authentication")
     neighbour = make_memory("The load balancer has no sticky sessions")
-    link(workspace, decision, neighbour)
+    link(workspace, decision, neighbour, "MENTIONS")
     for mode, strategy in (("router", "fast:recency"), ("legacy", None)):
         ctx = services.get_working_context(
             workspace, "s", "why JWT", mode=mode, strategy=strategy, record=False, now=now
         )
         assert ids(ctx) == [decision.id]
         assert ctx.items[0].score_breakdown["centrality"] == 0.0
+
+
+def test_what_a_hit_links_to_is_its_context_in_every_mode_but_the_seed_legacy(
+    workspace: Workspace, make_memory: Make, now: datetime
+) -> None:
+    decision = make_memory("We picked JWT for authentication")
+    reason = make_memory("The load balancer has no sticky sessions")
+    citing = make_memory("Goal: ship the login flow")
+    link(workspace, decision, reason, "RELATED")
+    link(workspace, citing, decision, "RELATED")
+    for mode, strategy in (("router", "fast:recency"), ("router", "deep:multi-hop"), ("legacy", None)):
+        ctx = services.get_working_context(workspace, "s", "JWT", mode=mode, strategy=strategy, record=False, now=now)
+        by_id = {item.id: item for item in ctx.items}
+        assert ids(ctx)[0] == decision.id
+        relevance = by_id[decision.id].score_breakdown["relevance"]
+        assert by_id[reason.id].provenance == {
+            "kind": "context",
+            "seed": str(decision.id),
+            "edge_type": "RELATED",
+            "hops": 1,
+            "path": [str(decision.id), str(reason.id)],
+        }
+        assert by_id[reason.id].score_breakdown["relevance"] == pytest.approx(0.8 * relevance)
+        # What links to the hit is about it, and weaker context than what the hit links to.
+        assert by_id[citing.id].score_breakdown["relevance"] == pytest.approx(0.6 * relevance)
+        assert any(r.startswith("context:2_from_") for r in ctx.reasons)
+    seed = services.get_working_context(
+        workspace, "s", "JWT", mode="legacy", settings_override={"score_profile": "seed"}, record=False, now=now
+    )
+    assert ids(seed) == [decision.id]
 
 
 def test_factual_point_query_skips_the_semantic_pool(workspace: Workspace, make_memory: Make, now: datetime) -> None:
@@ -169,7 +223,7 @@ def test_factual_point_query_skips_the_semantic_pool(workspace: Workspace, make_
     assert factual.strategy_used == "factual:point-query"
     assert factual.reasons == ["bare_noun"]
     assert unrelated.id in ids(fast)
-    assert {i.provenance["kind"] for i in fast.items if i.id == unrelated.id} == {"recent"}
+    assert {i.provenance["kind"] for i in fast.items if i.id == unrelated.id} == {"semantic"}
     assert unrelated.id not in ids(factual)
 
 
@@ -271,7 +325,8 @@ def test_legacy_mode_never_takes_the_entity_path(workspace: Workspace, user: Any
     alias_turn = ingest(workspace, user, 1, ["We moved the shards to pg last night"])[0]
     ctx = services.get_working_context(workspace, "s", "PostgreSQL", mode="legacy", record=False)
     assert alias_turn not in ids(ctx)
-    assert ctx.reasons == ["legacy_mode"]
+    # The entity memory itself is no context for a query that is not a lookup: nothing is found.
+    assert ctx.reasons == ["legacy_mode", "no_search_hits"]
 
 
 def test_soft_degraded_strategy_runs_fast_recency(workspace: Workspace, make_memory: Make) -> None:
@@ -427,7 +482,7 @@ def test_context_boosts_returned_memories_and_their_partners(
     top = make_memory("terraform state lock timeout")
     second = make_memory("terraform plan output")
     partner = make_memory("infrastructure repository layout")
-    link(workspace, top, partner)
+    link(workspace, top, partner, "MENTIONS")  # a partner, and no context of the hit
 
     ctx = services.get_working_context(workspace, "sess", "terraform state lock", k=2, mode="legacy")
     assert ids(ctx) == [top.id, second.id]
@@ -568,3 +623,24 @@ def test_partners_take_an_equal_share_per_returned_memory_heaviest_first(seed: i
                 count += 1
     assert services._partners(subgraph, returned, limit) == expected
     assert services._partners(None, returned, limit) == [] and services._partners(subgraph, [], limit) == []
+
+
+# -- the seed's example -------------------------------------------------------------------------------
+
+SEED_EXAMPLE = (
+    "Decision: we picked JWT",
+    "The nginx load balancer",
+    "Incident: users were logged out",
+    "Reference: RFC",
+)
+
+
+@pytest.mark.parametrize("mode", ["router", "legacy"])
+def test_why_did_we_pick_jwt_brings_the_decision_and_its_reasons_first(demo: Workspace, mode: str) -> None:
+    """Seed 001: the decision, the load-balancer note, the session-cookie incident and the RFC reference,
+    though only the decision says "JWT" and "pick"; the anchor is forced in on its own."""
+    ctx = services.get_working_context(demo, "s1", "Why did we pick JWT?", k=10, mode=mode, record=False)
+    top = [item.content for item in ctx.items if item.memory_type != "anchor"][:5]
+    for start in SEED_EXAMPLE:
+        assert any(content.startswith(start) for content in top), (start, top)
+    assert top[0].startswith("Decision: we picked JWT")

@@ -6,6 +6,7 @@ import pytest
 
 from memories.errors import InvalidInput
 from surfacing import settings as surfacing_settings
+from surfacing.algorithms.composite import ScoreProfile
 from surfacing.settings import (
     SurfacingSettings,
     effective_evolution,
@@ -16,16 +17,34 @@ from surfacing.settings import (
 )
 
 
-def test_defaults_are_the_seed_values() -> None:
-    s = SurfacingSettings()
+def test_defaults_are_the_calibrated_profile_with_the_seed_graph_values() -> None:
+    s = effective_settings(None)
+    assert s == SurfacingSettings()
     assert s.mode == "legacy"  # seed 001: everything is off until a caller opts into the router
-    assert (s.activation_floor, s.centrality_weight, s.pin_multiplier) == (0.05, 0.5, 0.3)
-    assert (s.freshness_max, s.freshness_window_hours, s.recency_time_constant_hours) == (0.2, 24.0, 24.0)
+    assert s.score_profile == "calibrated"
+    assert s.weights().profile is ScoreProfile.CALIBRATED
+    assert (s.pin_multiplier, s.anchor_boost, s.freshness_window_hours) == (0.3, 1.0, 24.0)
     assert (s.spread_depth, s.spread_fan_out, s.spread_damping, s.graph_seeds) == (2, 20, 0.5, 5)
     assert (s.ppr_enabled, s.ppr_alpha, s.ppr_top_k) == (True, 0.85, 100)
+
+
+def test_the_seed_profile_brings_the_seed_constants_unless_a_value_is_set() -> None:
+    s = effective_settings({"score_profile": "seed"})
+    assert s.weights().profile is ScoreProfile.SEED
+    assert (s.activation_floor, s.centrality_weight, s.pin_multiplier) == (0.05, 0.5, 0.3)
+    assert (s.freshness_max, s.freshness_window_hours, s.recency_time_constant_hours) == (0.2, 24.0, 24.0)
     assert s.anchor_boost == 1.0
-    weights = s.weights()
-    assert weights.pin_multiplier == 0.3 and weights.recency_time_constant_hours == 24.0
+    tuned = effective_settings({"score_profile": "seed"}, {"recency_time_constant_hours": 8760.0})
+    assert tuned.recency_time_constant_hours == 8760.0 and tuned.centrality_weight == 0.5
+    back = effective_settings({"score_profile": "seed"}, {"score_profile": "calibrated"})
+    assert back == SurfacingSettings()
+
+
+def test_an_unknown_profile_is_refused_naming_the_field() -> None:
+    with pytest.raises(InvalidInput) as err:
+        validate_surfacing_changes({"score_profile": "bm25"})
+    assert err.value.field == "surfacing.score_profile"
+    assert "calibrated, seed" in err.value.detail
 
 
 def test_effective_settings_layer_stored_then_request_overrides() -> None:

@@ -1,32 +1,36 @@
-"""Evidence recall of surfacing on conversations in the LoCoMo JSON layout.
+"""Evidence recall of surfacing on conversations in the LoCoMo JSON layout, replayed as an agent uses it.
 
-    python manage.py evaluate_retrieval FILE.json [--k 10] [--recency-hours 8760] [--keep]
+    python manage.py evaluate_retrieval FILE.json [--k 10] [--modes router,legacy] [--layouts dataset,today]
+                                        [--surfacing JSON] [--no-usage] [--keep]
 
 Each sample (``{"sample_id", "conversation": {"session_N": [{speaker, dia_id, text}], "session_N_date_time",
 ...}, "qa": [{question, evidence: [dia_id], category}]}``) is ingested through
-``memories.services.conversation_ingest`` (turn ``ref`` = ``dia_id``) into a fresh workspace, then every
-question with evidence is asked as a dry read (``record=False``, so questions do not boost each other) at
-the time the conversation ended (one hour after its last session). A question's recall@k is the share of
-its evidence turns among the first k memories returned; the table prints the mean over questions for:
+``memories.services.conversation_ingest`` (turn ``ref`` = ``dia_id``) into a fresh workspace, once per date
+layout:
 
-- ``bm25``: rank-bm25's Okapi BM25 over the turn texts alone (lower-cased words), the plain baseline;
-- ``legacy`` and ``router`` with the seed defaults (24 h recency time constant);
-- ``legacy`` and ``router`` with ``--recency-hours`` as the time constant: the seed's 24 h buries turns
-  older than a few days, which is most of a multi-week conversation;
-- ``router`` tuned the same way without the freshness additive: freshness lifts every candidate of the
-  last day by up to 0.2 whatever its relevance (the last session, and entity memories, which are
-  created at ingestion time), which this row isolates.
+- ``dataset``: the sessions keep their own dates (LoCoMo's are from 2023, years before "now");
+- ``today``: every session is shifted so that the last one began an hour ago, an agent in use today with
+  months of history behind it.
 
-The workspaces are deleted afterwards unless ``--keep``.
+Then every question with evidence is asked in order, in each mode, with ``get_working_context`` at the
+workspace's settings (the defaults, or ``--surfacing`` stored on the workspace first) and with usage on:
+each call boosts what it returns and queues its retrieval events exactly as an agent's call would, and the
+queued signals are applied before the next question. ``--no-usage`` asks dry reads instead.
+
+A question's recall@k is the share of its evidence turns among the first k memories returned. The table
+gives R@1/5/10 for each mode beside ``lexical``, the full-text BM25 ranking of the same workspace on the
+same questions (the product's own index, no priors), and R@10 per question category. The workspaces are
+deleted afterwards unless ``--keep``.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,17 +39,24 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
 
 from memories import services as memory_services
 from memories.errors import DomainError
 from memories.inputs import SessionInput, TurnInput
 from memories.models import Workspace
-from surfacing.services import get_working_context
+from memories.selectors import lexical_search
+from memories.signalbus import signal_bus
+from surfacing.services import get_working_context, settings_update
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
-_WORD = re.compile(r"\w+")
 _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M")
 EVALUATOR = "evaluate_retrieval"
+LEXICAL = "lexical"
+LAYOUTS = ("dataset", "today")
+MODES = ("router", "legacy")
+KS = (1, 5, 10)
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 
 
 @dataclass(frozen=True)
@@ -61,7 +72,6 @@ class Conversation:
     sessions: list[SessionInput]
     questions: list[Question]
     refs: list[str]
-    texts: list[str]
 
 
 def _parse_when(raw: object, where: str) -> datetime:
@@ -80,8 +90,12 @@ def _evidence(raw: object) -> frozenset[str]:
     return frozenset(part for item in items for part in re.split(r"[;,\s]+", str(item or "")) if part)
 
 
-def load_conversations(path: Path) -> list[Conversation]:
-    """Parse a LoCoMo-layout file; errors name the sample and field."""
+def load_conversations(path: Path, *, categories: frozenset[int] = frozenset({1, 2, 3, 4})) -> list[Conversation]:
+    """Parse a LoCoMo-layout file; errors name the sample and field.
+
+    Questions keep their file order; only those of ``categories`` with evidence among the turns count
+    (LoCoMo's category 5 is adversarial: its questions have no answer in the conversation).
+    """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -96,7 +110,6 @@ def load_conversations(path: Path) -> list[Conversation]:
         numbers = sorted(int(m.group(1)) for key in conv if (m := _SESSION_KEY.match(key)))
         sessions: list[SessionInput] = []
         refs: list[str] = []
-        texts: list[str] = []
         for number in numbers:
             turns_raw = conv[f"session_{number}"]
             if not isinstance(turns_raw, list):
@@ -106,23 +119,32 @@ def load_conversations(path: Path) -> list[Conversation]:
             for turn in turns_raw:
                 text = str(turn.get("text") or "").strip()
                 if turn.get("blip_caption"):
-                    text = f"{text} [shares a photo: {turn['blip_caption']}]".strip()
+                    text = f"{text} [image: {turn['blip_caption']}]".strip()
                 if not text:
                     continue
                 ref = str(turn.get("dia_id") or "")
                 turns.append(TurnInput(speaker=str(turn.get("speaker") or "unknown"), text=text, ref=ref))
                 refs.append(ref)
-                texts.append(text)
             if turns:
                 sessions.append(SessionInput(started_at=started, turns=tuple(turns), session_id=f"session_{number}"))
         known = set(refs)
         questions = [
             Question(str(qa.get("question") or ""), ev, qa.get("category"))
             for qa in sample.get("qa") or []
-            if (ev := _evidence(qa.get("evidence")) & known) and str(qa.get("question") or "").strip()
+            if qa.get("category") in categories
+            and (ev := _evidence(qa.get("evidence")) & known)
+            and str(qa.get("question") or "").strip()
         ]
-        conversations.append(Conversation(sample_id, sessions, questions, refs, texts))
+        conversations.append(Conversation(sample_id, sessions, questions, refs))
     return conversations
+
+
+def shifted_to_now(sessions: Sequence[SessionInput], now: datetime) -> list[SessionInput]:
+    """The sessions moved in time so that the last one began an hour before ``now``."""
+    if not sessions:
+        return []
+    shift = now - timedelta(hours=1) - max(s.started_at for s in sessions)
+    return [replace(s, started_at=s.started_at + shift) for s in sessions]
 
 
 def recall_at(ranked_refs: Sequence[str | None], evidence: frozenset[str], k: int) -> float:
@@ -130,22 +152,38 @@ def recall_at(ranked_refs: Sequence[str | None], evidence: frozenset[str], k: in
     return len(evidence & {r for r in ranked_refs[:k] if r}) / len(evidence)
 
 
-def _tokens(text: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(text)]
+@dataclass
+class Tally:
+    """Recall per question of one method: R@k for each k, and R@10 by category."""
+
+    recall: dict[int, list[float]]
+    by_category: dict[str, list[float]]
+
+    @classmethod
+    def empty(cls) -> Tally:
+        return cls({k: [] for k in KS}, {})
+
+    def add(self, ranked: Sequence[str | None], question: Question) -> None:
+        for k in KS:
+            self.recall[k].append(recall_at(ranked, question.evidence, k))
+        name = CATEGORIES.get(question.category, str(question.category))  # type: ignore[call-overload]
+        self.by_category.setdefault(name, []).append(recall_at(ranked, question.evidence, KS[-1]))
+
+    @staticmethod
+    def mean(values: Sequence[float]) -> float:
+        return sum(values) / len(values) if values else 0.0
 
 
 class Command(BaseCommand):
-    help = "Evidence recall@1/5/10 of legacy mode, router mode and plain BM25 on a LoCoMo-layout file."
+    help = "Recall@1/5/10 of get_working_context on a LoCoMo-layout file, usage on, beside the lexical ranking."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", type=Path)
-        parser.add_argument("--k", type=int, default=10, help="context size asked for (>= 10)")
-        parser.add_argument(
-            "--recency-hours",
-            type=float,
-            default=24.0 * 365,
-            help="recency time constant of the tuned rows (default one year)",
-        )
+        parser.add_argument("--modes", default=",".join(MODES), help="comma-separated: router, legacy")
+        parser.add_argument("--layouts", default=",".join(LAYOUTS), help="comma-separated: dataset, today")
+        parser.add_argument("--surfacing", default="", help="surfacing settings (JSON object) stored on each workspace")
+        parser.add_argument("--no-usage", action="store_true", help="dry reads: questions do not boost anything")
+        parser.add_argument("--conversations", type=int, default=0, help="only the first N conversations")
         parser.add_argument("--keep", action="store_true", help="keep the evaluation workspaces")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -153,97 +191,98 @@ class Command(BaseCommand):
         if executor.migration_plan(executor.loader.graph.leaf_nodes()):
             raise CommandError("the database is not migrated: run `python manage.py migrate` (or `make run`) first")
         path: Path = options["file"]
-        k = max(10, int(options["k"]))
-        tuned = {"recency_time_constant_hours": float(options["recency_hours"])}
+        modes = _choices(options["modes"], MODES, "--modes")
+        layouts = _choices(options["layouts"], LAYOUTS, "--layouts")
+        try:
+            stored = json.loads(options["surfacing"]) if options["surfacing"] else None
+        except ValueError as exc:
+            raise CommandError(f"--surfacing: not JSON: {exc}") from None
+        usage = not options["no_usage"]
         conversations = load_conversations(path)
+        if options["conversations"] > 0:
+            conversations = conversations[: options["conversations"]]
         if not conversations:
             raise CommandError(f"{path}: no conversations")
         user = get_user_model().objects.filter(username=EVALUATOR).first() or get_user_model().objects.create_user(
             EVALUATOR
         )
-        bm25_name = "bm25 (rank-bm25, turns only)"
-        methods = {
-            "legacy, seed defaults": self._surfacing("legacy", None, k),
-            "router, seed defaults": self._surfacing("router", None, k),
-            f"legacy, recency {tuned['recency_time_constant_hours']:g} h": self._surfacing("legacy", tuned, k),
-            f"router, recency {tuned['recency_time_constant_hours']:g} h": self._surfacing("router", tuned, k),
-            f"router, recency {tuned['recency_time_constant_hours']:g} h, no freshness": self._surfacing(
-                "router", {**tuned, "freshness_max": 0.0}, k
-            ),
-        }
-        totals: dict[str, list[list[float]]] = {name: [] for name in [bm25_name, *methods]}
-        n_turns = n_sessions = 0
+        n_questions = sum(len(c.questions) for c in conversations)
+        self.stdout.write(
+            f"{path.name}: {len(conversations)} conversations, {sum(len(c.sessions) for c in conversations)} "
+            f"sessions, {sum(len(c.refs) for c in conversations)} turns, {n_questions} questions with evidence; "
+            f"usage {'on' if usage else 'off'}; settings {json.dumps(stored) if stored else 'defaults'}"
+        )
         workspaces: list[Workspace] = []
         try:
-            for conv in conversations:
-                if not conv.questions:
-                    continue
-                workspace = memory_services.workspace_create(
-                    owner=user, slug=f"eval-{uuid.uuid4().hex[:12]}", name=f"evaluate_retrieval {conv.sample_id}"
-                )
-                workspaces.append(workspace)
-                turn_ids = memory_services.conversation_ingest(
-                    workspace=workspace, actor=user, sessions=conv.sessions, channel="import"
-                )
-                refs = dict(zip(turn_ids, conv.refs, strict=True))
-                n_turns += len(turn_ids)
-                n_sessions += len(conv.sessions)
-                now = max(s.started_at for s in conv.sessions) + timedelta(hours=1)
-                bm25 = _bm25_ranker(conv)
-                for question in conv.questions:
-                    rankings = {bm25_name: bm25(question.text)}
-                    for name, method in methods.items():
-                        rankings[name] = method(workspace, conv, refs, question, now)
-                    for name, ranked in rankings.items():
-                        totals[name].append([recall_at(ranked, question.evidence, n) for n in (1, 5, 10)])
+            for layout in layouts:
+                started = time.perf_counter()
+                tallies = {name: Tally.empty() for name in [LEXICAL, *modes]}
+                for conv in conversations:
+                    workspace = self._ingest(conv, layout, user, stored)
+                    workspaces.append(workspace)
+                    self._ask(workspace, conv, modes, usage, tallies)
+                self._report(layout, tallies, time.perf_counter() - started)
         finally:
             if not options["keep"]:
                 for workspace in workspaces:
                     workspace.delete()
-        n_questions = len(next(iter(totals.values())))
-        self.stdout.write(
-            f"{path.name}: {len(conversations)} conversations, {n_sessions} sessions, {n_turns} turns, "
-            f"{n_questions} questions with evidence"
+
+    def _ingest(self, conv: Conversation, layout: str, user: Any, stored: Any) -> Workspace:
+        workspace = memory_services.workspace_create(
+            owner=user, slug=f"eval-{uuid.uuid4().hex[:12]}", name=f"evaluate_retrieval {conv.sample_id} {layout}"
         )
-        self.stdout.write(f"{'method':<46} {'R@1':>6} {'R@5':>6} {'R@10':>6}")
-        for name, rows in totals.items():
-            means = [sum(r[i] for r in rows) / len(rows) if rows else 0.0 for i in range(3)]
-            self.stdout.write(f"{name:<46} {means[0]:6.3f} {means[1]:6.3f} {means[2]:6.3f}")
+        try:
+            if stored is not None:
+                settings_update(workspace=workspace, actor=user, surfacing=stored)
+            sessions = shifted_to_now(conv.sessions, timezone.now()) if layout == "today" else conv.sessions
+            memory_services.conversation_ingest(workspace=workspace, actor=user, sessions=sessions, channel="import")
+        except DomainError as exc:
+            workspace.delete()
+            raise CommandError(f"{conv.sample_id}: {exc.detail}") from None
+        return workspace
 
-    @staticmethod
-    def _surfacing(
-        mode: str, override: dict[str, Any] | None, k: int
-    ) -> Callable[[Workspace, Conversation, dict[uuid.UUID, str], Question, datetime], list[str | None]]:
-        def run(
-            workspace: Workspace, conv: Conversation, refs: dict[uuid.UUID, str], question: Question, now: datetime
-        ) -> list[str | None]:
-            try:
-                context = get_working_context(
-                    workspace,
-                    f"eval-{conv.sample_id}",
-                    question.text,
-                    k=k,
-                    mode=mode,
-                    settings_override=override,
-                    record=False,
-                    now=now,
-                )
-            except DomainError as exc:
-                raise CommandError(f"{conv.sample_id}: {question.text!r}: {exc.detail}") from None
-            return [refs.get(item.id) for item in context.items]
+    def _ask(
+        self, workspace: Workspace, conv: Conversation, modes: Sequence[str], usage: bool, tallies: dict[str, Tally]
+    ) -> None:
+        refs = _refs_of(workspace)
+        bus = signal_bus()
+        for question in conv.questions:
+            hits = lexical_search(workspace=workspace, query=question.text, limit=KS[-1] * 3)
+            tallies[LEXICAL].add([r for mid, _ in hits if (r := refs.get(mid))], question)
+            for mode in modes:
+                try:
+                    context = get_working_context(
+                        workspace, f"eval-{conv.sample_id}", question.text, k=KS[-1], mode=mode, record=usage
+                    )
+                except DomainError as exc:
+                    raise CommandError(f"{conv.sample_id}: {question.text!r}: {exc.detail}") from None
+                tallies[mode].add([refs.get(item.id) for item in context.items], question)
+                if usage:
+                    bus.flush()
 
-        return run
+    def _report(self, layout: str, tallies: dict[str, Tally], seconds: float) -> None:
+        categories = sorted({c for t in tallies.values() for c in t.by_category})
+        self.stdout.write(f"\n{layout} dates ({seconds:.0f} s)")
+        header = f"{'method':<10}" + "".join(f"{f'R@{k}':>7}" for k in KS) + "".join(f"{c:>13}" for c in categories)
+        self.stdout.write(header)
+        for name, tally in tallies.items():
+            row = f"{name:<10}" + "".join(f"{Tally.mean(tally.recall[k]):7.3f}" for k in KS)
+            row += "".join(f"{Tally.mean(tally.by_category.get(c, [])):13.3f}" for c in categories)
+            self.stdout.write(row)
 
 
-def _bm25_ranker(conv: Conversation) -> Callable[[str], list[str | None]]:
-    from rank_bm25 import BM25Okapi
+def _choices(raw: str, allowed: Sequence[str], option: str) -> list[str]:
+    picked = [part.strip() for part in raw.split(",") if part.strip()]
+    unknown = [p for p in picked if p not in allowed]
+    if unknown or not picked:
+        raise CommandError(f"{option}: expected a comma-separated subset of {', '.join(allowed)}, got {raw!r}")
+    return picked
 
-    corpus = [_tokens(text) for text in conv.texts]
-    index = BM25Okapi(corpus)
 
-    def rank(question: str) -> list[str | None]:
-        scores = index.get_scores(_tokens(question))
-        order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-        return [conv.refs[i] for i in order[:10]]
-
-    return rank
+def _refs_of(workspace: Workspace) -> dict[uuid.UUID, str]:
+    """Memory id -> the turn's ``ref`` (its dia_id) for every turn of the workspace."""
+    return {
+        mid: ref
+        for mid, ref in workspace.memories.filter(metadata__has_key="ref").values_list("id", "metadata__ref")
+        if isinstance(ref, str)
+    }

@@ -12,6 +12,8 @@ from hypothesis.extra import numpy as hnp
 from surfacing.algorithms.composite import (
     CandidateSignals,
     ScoreBreakdown,
+    ScoreFactors,
+    ScoreProfile,
     SurfacingMode,
     Weights,
     freshness,
@@ -119,6 +121,19 @@ def test_score_breakdown_has_exactly_the_api_fields() -> None:
         "anchor_forced",
         "session_pin_boost",
         "freshness_boost",
+        "factors",
+    ]
+    assert list(get_type_hints(ScoreFactors)) == [
+        "profile",
+        "relevance",
+        "activation",
+        "recency",
+        "centrality",
+        "base",
+        "log_base",
+        "anchor",
+        "pin",
+        "freshness",
     ]
 
 
@@ -147,7 +162,8 @@ def test_router_mode_scores_every_component_and_forces_anchors_and_pins() -> Non
     np.testing.assert_allclose(scored.composite, expected)
     assert scored.mandatory.tolist() == [False, False, True, True]
     assert scored.order().tolist() == [2, 3, 0, 1]
-    assert scored.breakdown(2) == ScoreBreakdown(
+    breakdown = scored.breakdown(2)
+    assert {key: value for key, value in breakdown.items() if key != "factors"} == dict(
         activation=0.3,
         relevance=1.0,
         recency=1.0,
@@ -155,6 +171,18 @@ def test_router_mode_scores_every_component_and_forces_anchors_and_pins() -> Non
         anchor_forced=True,
         session_pin_boost=0.0,
         freshness_boost=0.0,
+    )
+    assert breakdown["factors"] == ScoreFactors(
+        profile="seed",
+        relevance=1.0,
+        activation=0.3,
+        recency=1.0,
+        centrality=1.25,
+        base=0.375,
+        log_base=None,
+        anchor=1.0,
+        pin=0.0,
+        freshness=0.0,
     )
     assert scored.breakdown(3)["session_pin_boost"] == pytest.approx(0.6)
     assert scored.breakdown(0)["freshness_boost"] == pytest.approx(0.1)
@@ -190,3 +218,99 @@ def test_candidate_arrays_must_align() -> None:
             is_pinned=np.zeros(2, bool),
             pin_weight=np.zeros(2),
         )
+
+
+CALIBRATED = Weights(
+    profile=ScoreProfile.CALIBRATED,
+    activation_weight=0.2,
+    recency_weight=0.1,
+    centrality_weight=0.3,
+    recency_time_constant_hours=720.0,
+)
+
+
+def test_calibrated_score_multiplies_relevance_by_bounded_priors() -> None:
+    scored = score_candidates(_signals(), mode=SurfacingMode.ROUTER, weights=CALIBRATED)
+    rec0 = math.exp(-12 / 720)
+    fresh0 = 0.2 * (1 - 12 / 24)
+    expected0 = 0.8 * (1 + 0.2 * 0.6) * (1 + 0.1 * rec0 + fresh0) * (1 + 0.3 * 1.0)
+    assert scored.composite[0] == pytest.approx(expected0)
+    factors = scored.breakdown(0)["factors"]
+    assert factors["profile"] == "calibrated"
+    assert factors["activation"] == pytest.approx(1.12)
+    assert factors["recency"] == pytest.approx(1 + 0.1 * rec0 + fresh0)
+    assert factors["centrality"] == pytest.approx(1.3)
+    assert factors["base"] == pytest.approx(expected0)
+    assert factors["freshness"] == 0.0  # folded into the recency factor
+    # anchor: relevance 1, recency 1, plus the anchor boost; pin: its weight times the multiplier
+    assert scored.composite[2] == pytest.approx(1.0 * 1.06 * 1.1 * 1.15 + 1.0)
+    assert scored.composite[3] == pytest.approx(0.1 * 1.0 * (1 + 0.1 * 0.5) * 1.0 + 0.6)
+    assert scored.order().tolist() == [2, 3, 0, 1]
+
+
+def test_calibrated_score_never_lifts_what_has_no_relevance() -> None:
+    signals = CandidateSignals(
+        activation=np.array([1.0, 0.0]),
+        relevance=np.array([0.0, 0.4]),
+        age_hours=np.array([0.5, 24.0 * 3650]),
+        centrality=np.array([1.0, 0.0]),
+        is_anchor=np.zeros(2, bool),
+        is_pinned=np.zeros(2, bool),
+        pin_weight=np.zeros(2),
+    )
+    scored = score_candidates(signals, mode=SurfacingMode.ROUTER, weights=CALIBRATED)
+    assert scored.composite[0] == 0.0
+    assert scored.composite[1] == pytest.approx(0.4)  # ten years old and cold: its relevance is intact
+    assert scored.order().tolist() == [1, 0]
+
+
+@given(
+    relevance=st.floats(0.0, 1.0),
+    activation=st.floats(0.0, 1.0),
+    age=st.floats(0.0, 1e7),
+    centrality=st.floats(0.0, 1.0),
+)
+def test_calibrated_priors_stay_within_their_bounds(
+    relevance: float, activation: float, age: float, centrality: float
+) -> None:
+    signals = CandidateSignals(
+        activation=np.array([activation]),
+        relevance=np.array([relevance]),
+        age_hours=np.array([age]),
+        centrality=np.array([centrality]),
+        is_anchor=np.zeros(1, bool),
+        is_pinned=np.zeros(1, bool),
+        pin_weight=np.zeros(1),
+    )
+    scored = score_candidates(signals, mode=SurfacingMode.ROUTER, weights=CALIBRATED)
+    ceiling = 1.2 * (1 + 0.1 + 0.2) * 1.3
+    assert relevance <= scored.composite[0] + 1e-12
+    assert scored.composite[0] <= relevance * ceiling + 1e-12
+
+
+def test_seed_profile_orders_underflowed_scores_by_their_log() -> None:
+    # Three years old: exp(-age / 24 h) is exactly 0 for all, yet the more relevant memory ranks first
+    # and, at equal relevance, the younger one (by an hour).
+    signals = CandidateSignals(
+        activation=np.array([0.05, 0.05, 0.05]),
+        relevance=np.array([0.3, 0.9, 0.9]),
+        age_hours=np.array([24.0 * 1095, 24.0 * 1095 + 1.0, 24.0 * 1095]),
+        centrality=np.zeros(3),
+        is_anchor=np.zeros(3, bool),
+        is_pinned=np.zeros(3, bool),
+        pin_weight=np.zeros(3),
+    )
+    for mode in SurfacingMode:
+        scored = score_candidates(signals, mode=mode)
+        assert scored.composite.tolist() == [0.0, 0.0, 0.0]
+        assert scored.order().tolist() == [2, 1, 0]
+        factors = scored.breakdown(2)["factors"]
+        assert factors["log_base"] == pytest.approx(math.log(0.05) + math.log(0.9) - 1095.0)
+
+
+def test_legacy_mode_of_the_calibrated_profile_has_no_centrality_freshness_or_pins() -> None:
+    scored = score_candidates(_signals(), mode=SurfacingMode.LEGACY, weights=CALIBRATED)
+    rec0 = math.exp(-12 / 720)
+    assert scored.composite[0] == pytest.approx(0.8 * 1.12 * (1 + 0.1 * rec0))
+    assert scored.mandatory.tolist() == [False, False, True, False]
+    assert scored.breakdown(0)["factors"]["centrality"] == 1.0
