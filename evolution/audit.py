@@ -27,6 +27,8 @@ _DATETIME_FIELDS = {f.name for f in Memory._meta.concrete_fields if isinstance(f
 }
 _UUID_FIELDS = {"summarized_by", "superseded_by"}
 _BYTES_FIELDS = {"embedding"}
+VECTOR_FIELDS = frozenset({"embedding", "embedding_model"})
+"""Memory fields that make a restore a vector write (see record_apply_revert)."""
 
 
 def encode_value(field: str, value: Any) -> Any:
@@ -231,11 +233,19 @@ def _edge_row(edge: Edge) -> tuple[uuid.UUID, uuid.UUID, str, float]:
 
 def record_apply_revert(record: EvolutionRecord) -> dict[str, Any]:
     """Put the record's `before` values back. Caller holds the transaction and checked the plan."""
+    from memories.embedding_service import vectors_touch
     from memories.services import graph_mirror  # memories.services imports this module at load time
 
     now = timezone.now()
     restored: dict[str, Any] = {}
     memory_fields = {k: v for k, v in record.before.items() if _is_uuid(k)}
+    # A restored vector is a vector write: stamped anew (its old time would be behind the vector indexes'
+    # watermark) after the workspace's vectors are touched.
+    stamp = (
+        vectors_touch(workspace=record.workspace)[0]
+        if any(VECTOR_FIELDS & set(fields) for fields in memory_fields.values())
+        else None
+    )
     if memory_fields:
         memories = (
             Memory.objects.select_related("score")
@@ -247,7 +257,11 @@ def record_apply_revert(record: EvolutionRecord) -> dict[str, Any]:
             memory = memories[uuid.UUID(mid)]
             for name, value in fields.items():
                 setattr(memory, name, decode_value(name, value))
-            by_fields.setdefault(tuple(sorted(fields)), []).append(memory)
+            written = set(fields)
+            if VECTOR_FIELDS & written:
+                memory.embedded_at = stamp
+                written.add("embedded_at")
+            by_fields.setdefault(tuple(sorted(written)), []).append(memory)
             restored[mid] = record.after.get(mid, {})
         for names, group in by_fields.items():
             Memory.objects.bulk_update(group, list(names), batch_size=500)

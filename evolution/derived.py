@@ -13,9 +13,8 @@ from datetime import datetime
 from typing import Any
 
 from evolution import audit
-from memories.algorithms.embedding import to_bytes
 from memories.algorithms.sortkey import activation_sort_key
-from memories.embeddings import default_embedder
+from memories.embedding_service import memories_embed
 from memories.inputs import MAX_TAGS, origin_tier
 from memories.models import Edge, Memory, Workspace
 from memories.services import graph_mirror, graph_touch
@@ -72,9 +71,7 @@ def insert_derived(
     Embeddings are computed in one batch; the graph generation is bumped once when edges were added.
     """
     if memories:
-        vectors = default_embedder().embed([m.content for m in memories])
-        for memory, vector in zip(memories, vectors, strict=True):
-            memory.embedding = to_bytes(vector)
+        memories_embed(workspace=workspace, memories=memories)
         Memory.objects.bulk_create(list(memories), batch_size=500)
     if not edges:
         return []

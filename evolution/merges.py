@@ -33,6 +33,7 @@ from evolution.selectors import EpochSeconds, IdText
 from memories.errors import Conflict, InvalidInput
 from memories.inputs import MAX_TAGS
 from memories.models import Edge, EdgeType, Memory, Status, Workspace
+from memories.selectors import embedding_of
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -48,9 +49,10 @@ CandidateRow = tuple[str, str, str, bytes | memoryview | None, int, str, float, 
 # -- reads ----------------------------------------------------------------------------------------
 
 
-def merge_candidate_rows(*, workspace: Workspace, memory_types: Sequence[str] | None) -> list[CandidateRow]:
+def merge_candidate_rows(*, workspace: Workspace, memory_types: Sequence[str] | None, model: str) -> list[CandidateRow]:
     """Active, unpinned memories that supersede nothing yet, oldest first: (id, memory_type, content,
-    embedding, origin_tier, origin, confidence, access_count, created_at epoch seconds)."""
+    embedding if `model` made it else None, origin_tier, origin, confidence, access_count, created_at epoch
+    seconds)."""
     rows = Memory.objects.filter(workspace=workspace, status=Status.ACTIVE, pinned=False)
     if memory_types:
         rows = rows.filter(memory_type__in=list(memory_types))
@@ -59,7 +61,7 @@ def merge_candidate_rows(*, workspace: Workspace, memory_types: Sequence[str] | 
             IdText("id"),
             "memory_type",
             "content",
-            "embedding",
+            embedding_of(model),
             "origin_tier",
             "origin",
             "confidence",

@@ -89,6 +89,8 @@ _HOLDER_FIELDS = (
     "metadata",
     "embedding",
     "pinned",
+    "embedding_model",
+    "embedded_at",
 )
 
 
@@ -115,6 +117,8 @@ class _Holder:
     metadata: dict[str, Any]
     embedding: bytes | None
     pinned: bool
+    embedding_model: str
+    embedded_at: datetime | None
 
 
 Row = Memory | _Holder
@@ -233,6 +237,12 @@ class _Batch:
             fields.update(after)
         return before, after
 
+    def stamp(self, memory: Row, embedded_at: datetime | None) -> None:
+        """Write `embedded_at` with the row's other changes, outside the audited before/after."""
+        memory.embedded_at = embedded_at
+        _, fields = self.changed.setdefault(memory.id, (memory, set()))
+        fields.add("embedded_at")
+
     def record(
         self,
         action: str,
@@ -283,6 +293,8 @@ def _apply(batch: _Batch, holder: Row, incoming: Memory, decision: ConflictDecis
                 "origin": incoming.origin,
                 "origin_tier": incoming.origin_tier,
                 "embedding": incoming.embedding,
+                # With the vector, so a revert puts back the old vector with its own model's name.
+                "embedding_model": incoming.embedding_model,
                 "replace_log": list(decision.replace_log),
                 "replace_count": decision.replace_count,
                 "version": decision.version,
@@ -290,6 +302,10 @@ def _apply(batch: _Batch, holder: Row, incoming: Memory, decision: ConflictDecis
                 "updated_at": now,
             },
         )
+        if "embedding" in held[1]:
+            # The write time is not audited (a revert stamps the vector it restores anew): it follows the
+            # vector here, stamped when this transaction touched the workspace's vectors.
+            batch.stamp(holder, incoming.embedded_at)
         changes = [(holder, held)]
         if not keeps_incoming:
             changes.append((incoming, _retire(batch, incoming, holder, "replaced_into", str(holder.id))))

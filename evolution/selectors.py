@@ -36,6 +36,7 @@ from memories.models import (
     Status,
     Workspace,
 )
+from memories.selectors import workspace_by_slug as workspace_by_slug  # the commands of this app read it here
 
 # Retrieval sources that mean a person or agent actually used the result (see docs/evolution.md, hub
 # bias): the query inspector's dry reads are left out of profiles and of CO_RETRIEVED counts.
@@ -224,16 +225,16 @@ def decay_rows(
     return [(*row[:6], bool(row[6])) for row in _id_rows(queryset, 0)]
 
 
-def embedding_rows(*, workspace: Workspace) -> list[tuple[str, float | None, bytes, str | None]]:
-    """Active memories with an embedding, oldest first: (id, retention, embedding bytes, interference marker
-    or None); retention is None for a memory without a scores row.
+def embedding_rows(*, workspace: Workspace, model: str) -> list[tuple[str, float | None, bytes, str | None]]:
+    """Active memories with an embedding of `model` (an Embedder.name), oldest first: (id, retention,
+    embedding bytes, interference marker or None); retention is None for a memory without a scores row.
 
     The retention comes from one read of the scores' (workspace, retention, memory) index, matched by key in
     a dict: joined in SQL, each memory in creation order looked its scores row up at a random place of the
     key index and of the table (raw SQLite, 80k memories: 610 ms joined, 350 + 70 ms apart).
     """
     rows = (
-        Memory.objects.filter(workspace=workspace, status=Status.ACTIVE, embedding__isnull=False)
+        Memory.objects.filter(workspace=workspace, status=Status.ACTIVE, embedding__isnull=False, embedding_model=model)
         .order_by("created_at", "id")
         .values_list("id", "embedding", _marker())
     )
@@ -553,14 +554,6 @@ def edge_times(*, workspace: Workspace, ids: Sequence[int]) -> dict[int, tuple[d
 
 
 # -- runs, records, history -----------------------------------------------------------------------
-
-
-def workspace_by_slug(*, slug: str) -> Workspace:
-    """For management commands, which act as the operator rather than as a member."""
-    workspace = Workspace.objects.filter(slug=slug).first()
-    if workspace is None:
-        raise NotFound(f"workspace {slug!r} not found", field="workspace")
-    return workspace
 
 
 def workspace_of_memory(*, memory_id: uuid.UUID) -> Workspace:

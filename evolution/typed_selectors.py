@@ -22,6 +22,7 @@ from evolution.selectors import EpochSeconds, IdText
 from memories.algorithms.embedding import BLOB_DTYPE, Embedder, FloatMatrix
 from memories.errors import InvalidInput, NotFound
 from memories.models import CompressionTier, Memory, MemoryType, Status, Workspace
+from memories.selectors import embedding_of
 
 _IN_CHUNK = 900
 
@@ -133,8 +134,9 @@ def drift_flag_rows(*, workspace: Workspace, limit: int = 200) -> list[DriftFlag
 
 
 def vectors_of(rows: Sequence[tuple[str, str, bytes | memoryview | None]], embedder: Embedder) -> FloatMatrix:
-    """(n, dim) float32 matrix of stored embeddings; rows without a usable vector (none stored, or one of
-    another embedder's size) are embedded from their content now (not written back)."""
+    """(n, dim) float32 matrix of stored embeddings; rows without a usable vector (none stored, one of another
+    model, which the selectors below read as None, or of another size) are embedded from their content now
+    (not written back)."""
     dim = embedder.dim
     width = dim * BLOB_DTYPE.itemsize
     out = np.zeros((len(rows), dim), dtype=np.float32)
@@ -149,24 +151,25 @@ def vectors_of(rows: Sequence[tuple[str, str, bytes | memoryview | None]], embed
     return out
 
 
-def active_goals(*, workspace: Workspace) -> list[tuple[str, str, bytes | memoryview | None, Any]]:
-    """Active goals: (id, content, embedding, metadata), oldest first."""
+def active_goals(*, workspace: Workspace, model: str) -> list[tuple[str, str, bytes | memoryview | None, Any]]:
+    """Active goals: (id, content, embedding if `model` made it else None, metadata), oldest first."""
     rows = (
         Memory.objects.filter(workspace=workspace, memory_type=MemoryType.GOAL, status=Status.ACTIVE)
         .order_by("created_at", "id")
-        .values_list(IdText("id"), "content", "embedding", "metadata")
+        .values_list(IdText("id"), "content", embedding_of(model), "metadata")
     )
     return list(rows)
 
 
 def evidence_rows(
-    *, workspace: Workspace, memory_types: Sequence[str]
+    *, workspace: Workspace, memory_types: Sequence[str], model: str
 ) -> list[tuple[str, str, bytes | memoryview | None]]:
-    """Active memories that could resolve a goal: (id, content, embedding), oldest first."""
+    """Active memories that could resolve a goal: (id, content, embedding if `model` made it else None),
+    oldest first."""
     rows = (
         Memory.objects.filter(workspace=workspace, memory_type__in=list(memory_types), status=Status.ACTIVE)
         .order_by("created_at", "id")
-        .values_list(IdText("id"), "content", "embedding")
+        .values_list(IdText("id"), "content", embedding_of(model))
     )
     return list(rows)
 

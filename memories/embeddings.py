@@ -1,4 +1,4 @@
-"""The process-wide Embedder chosen by the EMBEDDER setting."""
+"""The Embedder of the site (the EMBEDDER setting) and of each workspace (Workspace.embedder)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,35 @@ from functools import lru_cache
 from django.conf import settings
 
 from memories.algorithms.embedding import Embedder, get_embedder
+from memories.models import Memory, Workspace
+
+#: Longest embedder name Memory.embedding_model stores.
+MODEL_NAME_MAX: int = Memory._meta.get_field("embedding_model").max_length or 64
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=8)
 def _embedder_for(spec: str) -> Embedder:
-    return get_embedder(spec)
+    embedder = get_embedder(spec)
+    if len(embedder.name) > MODEL_NAME_MAX:
+        # A cut name could equal another model's; refusing keeps vectors of two models from being compared.
+        raise ValueError(
+            f"EMBEDDER {spec!r}: its name {embedder.name!r} is longer than the {MODEL_NAME_MAX} characters "
+            "Memory.embedding_model stores; give the model a shorter path"
+        )
+    return embedder
 
 
 def default_embedder() -> Embedder:
+    """The site's embedder (EMBEDDER): what a workspace without its own uses."""
     return _embedder_for(settings.EMBEDDER)
+
+
+def embedder_for_spec(spec: str) -> Embedder:
+    """The embedder of an EMBEDDER spec, loaded once per process (ValueError or EmbedderUnavailable)."""
+    return _embedder_for(spec.strip())
+
+
+def embedder_for(workspace: Workspace) -> Embedder:
+    """The embedder of `workspace`'s vectors: its own spec, else the site's. Every vector written for the
+    workspace comes from it, and only stored vectors whose embedding_model equals its name are compared."""
+    return _embedder_for(workspace.embedder.strip() or settings.EMBEDDER)

@@ -103,6 +103,12 @@ class Workspace(models.Model):
     # Bumped (with graph_generation) only when edges are deleted, re-weighted or re-typed: a snapshot can
     # then no longer be brought up to date by appending the newer edges, and is rebuilt.
     graph_rewrites = models.PositiveBigIntegerField(default=0)
+    # Embedder spec (an EMBEDDER value) of the workspace's vectors; blank = the site's EMBEDDER. Changed by
+    # `manage.py reembed`, which re-embeds the memories first (memories.embedding_service).
+    embedder = models.CharField(max_length=200, blank=True, default="")
+    # Bumped in every transaction that writes embeddings, before it writes them, so cached vector indexes
+    # know they are stale (see memories.vectorindex).
+    vector_generation = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         ordering: ClassVar = ["slug"]
@@ -214,6 +220,11 @@ class Memory(models.Model):
 
     # float32 little-endian vector from the configured Embedder; see memories.embeddings.
     embedding = models.BinaryField(null=True, blank=True)
+    # Embedder.name of the model that produced `embedding`; "" = unknown (vectors older than this field whose
+    # length did not match the embedder of the time): never compared until re-embedded.
+    embedding_model = models.CharField(max_length=64, blank=True, default="")
+    # When `embedding` was last written (null: before this field existed); vector indexes catch up by it.
+    embedded_at = models.DateTimeField(null=True, blank=True)
     # True when the inserting code wrote the full-text row itself (the bulk path); the SQLite insert
     # trigger indexes every other row. FTS5 inserts run ~3x faster outside a trigger.
     search_indexed = models.BooleanField(default=False, editable=False)
@@ -242,6 +253,8 @@ class Memory(models.Model):
             models.Index(fields=["workspace", "activation_sort_key"], name="mem_ws_actkey"),
             # Memory list sorted by last access (by retention: MemoryScore's index).
             models.Index(fields=["workspace", "last_accessed"], name="mem_ws_accessed"),
+            # Vector index catch-up: WHERE workspace AND embedded_at >= watermark.
+            models.Index(fields=["workspace", "embedded_at"], name="mem_ws_embedded"),
         ]
 
     def __str__(self) -> str:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection
-from django.db.models import BooleanField, F, Q, QuerySet
+from django.db.models import BinaryField, BooleanField, Case, F, Q, QuerySet, Value, When
 from django.db.models.expressions import RawSQL
 
 from evolution.models import EvolutionRecord
@@ -68,6 +68,14 @@ def workspace_access(*, user: AbstractBaseUser | AnonymousUser, slug: str, requi
             field="workspace",
         )
     return WorkspaceAccess(workspace=workspace, role=role)
+
+
+def workspace_by_slug(*, slug: str) -> Workspace:
+    """For management commands, which act as the operator rather than as a member."""
+    workspace = Workspace.objects.filter(slug=slug).first()
+    if workspace is None:
+        raise NotFound(f"workspace {slug!r} not found", field="workspace")
+    return workspace
 
 
 def workspace_list_for_user(*, user: AbstractBaseUser | AnonymousUser) -> list[WorkspaceAccess]:
@@ -152,6 +160,12 @@ def lexical_search(
         cursor.execute(sql.format(status=status_sql), params)
         rows = cursor.fetchall()
     return [(as_uuid(r[0]), float(r[1])) for r in rows]
+
+
+def embedding_of(model: str) -> Case:
+    """A query column: the stored vector when `model` (an Embedder.name) made it, else NULL, so that vectors
+    of two models are never compared (a reader treats another model's vector as missing)."""
+    return Case(When(embedding_model=model, then=F("embedding")), default=Value(None), output_field=BinaryField())
 
 
 def as_uuid(value: Any) -> uuid.UUID:

@@ -16,11 +16,10 @@ from rest_framework.authtoken.models import Token
 
 from evolution import audit
 from evolution.models import Action, EvolutionRecord
-from memories.algorithms.embedding import to_bytes
 from memories.algorithms.entities import extract_entities
 from memories.algorithms.sortkey import activation_sort_key
 from memories.bulk import bulk_insert, new_instance
-from memories.embeddings import default_embedder
+from memories.embedding_service import embedding_changes, embedding_text, memories_embed
 from memories.errors import Conflict, InvalidInput, NotFound
 from memories.inputs import EDITABLE_FIELDS, MemoryInput, SessionInput, origin_tier
 from memories.models import (
@@ -175,19 +174,10 @@ def _new_edge(workspace: Workspace, source: Memory, target: Memory, edge_type: s
     )
 
 
-def _embed_into(memories: Sequence[Memory]) -> None:
-    if not memories:
-        return
-    vectors = default_embedder().embed([m.content for m in memories])
-    for memory, vector in zip(memories, vectors, strict=True):
-        memory.embedding = to_bytes(vector)
-
-
-def _insert(memories: list[Memory], now: datetime) -> None:
-    _embed_into(memories)
+def _insert(workspace: Workspace, memories: list[Memory], now: datetime) -> None:
+    memories_embed(workspace=workspace, memories=memories)
     bulk_insert(Memory, memories)
     if memories and _write_policies:
-        workspace = memories[0].workspace
         for policy in _write_policies:
             policy(workspace, memories, now)
 
@@ -201,7 +191,7 @@ def memories_create(
     origin = default_origin(actor, channel)
     memories = [_build_memory(workspace, item, origin, now) for item in items]
     for start in range(0, len(memories), 20 * BULK_BATCH):
-        _insert(memories[start : start + 20 * BULK_BATCH], now)
+        _insert(workspace, memories[start : start + 20 * BULK_BATCH], now)
     return memories
 
 
@@ -232,7 +222,7 @@ def memory_update(*, workspace: Workspace, memory: Memory, actor: User | None, c
         changes["origin"] = default_origin(actor, "user")
         changes["origin_tier"] = 1
         changes["version"] = memory.version + 1
-        changes["embedding"] = to_bytes(default_embedder().embed([changes["content"]])[0])
+        changes.update(embedding_changes(workspace=workspace, text=changes["content"]))
     before, after = audit.memory_changes(memory, changes)
     if not before:
         return memory
@@ -242,9 +232,11 @@ def memory_update(*, workspace: Workspace, memory: Memory, actor: User | None, c
         setattr(memory, name, value)
     memory.updated_at = now
     memory.save(update_fields=[*sorted(set(changes)), "updated_at"])
-    # The embedding is bulky and reconstructible; keep it out of the audit record.
-    before.pop("embedding", None)
-    after.pop("embedding", None)
+    # The embedding is bulky and reconstructible; keep it out of the audit record (with its model and time,
+    # so a revert of the content leaves vector and model name together).
+    for name in ("embedding", "embedding_model", "embedded_at"):
+        before.pop(name, None)
+        after.pop(name, None)
     action = (
         Action.ARCHIVE
         if after.get("status") == Status.ARCHIVED
@@ -459,7 +451,7 @@ def conversation_ingest(
             )
             existing[key] = entity_memory
             new_entities.append(entity_memory)
-    _insert(memories + new_entities, now)
+    _insert(workspace, memories + new_entities, now)
     edges.extend(_new_edge(workspace, turn, existing[key], EdgeType.MENTIONS, now) for turn, key in mentions)
     edges_bulk_link(workspace=workspace, edges=edges)
     return turn_ids
@@ -611,8 +603,10 @@ def memory_rehydrate(*, workspace: Workspace, memory: Memory, actor: User | None
     before, after = audit.memory_changes(memory, changes)
     for name, value in changes.items():
         setattr(memory, name, value)
-    memory.embedding = to_bytes(default_embedder().embed([memory.content])[0])
-    memory.save(update_fields=[*changes, "embedding"])
+    vector = embedding_changes(workspace=workspace, text=embedding_text(memory))
+    for name, value in vector.items():
+        setattr(memory, name, value)
+    memory.save(update_fields=[*changes, *vector])
     audit.records_save(
         [
             audit.record_build(

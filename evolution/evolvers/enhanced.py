@@ -56,9 +56,10 @@ from evolution.evolvers.base import (
     write_rows,
 )
 from evolution.models import Action, EvolutionRecord, EvolutionRun
-from memories.algorithms.embedding import stack_embeddings, to_bytes
+from memories.algorithms.embedding import stack_embeddings
 from memories.algorithms.sortkey import activation_sort_key
-from memories.embeddings import default_embedder
+from memories.embedding_service import memories_embed
+from memories.embeddings import embedder_for
 from memories.errors import InvalidInput
 from memories.inputs import MAX_CONTENT_CHARS, MAX_TAGS, origin_tier
 from memories.models import Edge, EdgeType, Memory, MemoryType, Status, Workspace
@@ -247,9 +248,7 @@ class EnhancedWorkingToEpisodic:
         edge_ids: dict[tuple[uuid.UUID, str], int] = {}
         if not dry_run:
             if episodes:
-                vectors = default_embedder().embed([e.content for e in episodes])
-                for episode, vector in zip(episodes, vectors, strict=True):
-                    episode.embedding = to_bytes(vector)
+                memories_embed(workspace=workspace, memories=episodes)
                 Memory.objects.bulk_create(episodes, batch_size=500)
                 graph_touch(workspace=workspace)  # before the insert: see memories.services.graph_touch
                 created = Edge.objects.bulk_create(
@@ -417,12 +416,13 @@ class InterferenceBasedConsolidation:
         threshold = _setting(workspace, self.name, "similarity_threshold", 0.85)
         weight = _setting(workspace, self.name, "interference_weight", 0.05)
         top_k = int(_setting(workspace, self.name, "top_k_neighbors", 5))
-        rows = [row for row in selectors.embedding_rows(workspace=workspace) if row[2]]
+        model = embedder_for(workspace).name
+        rows = [row for row in selectors.embedding_rows(workspace=workspace, model=model) if row[2]]
         result.stats.update(memories=len(rows), candidates=0, pairs=0, penalised=0)
         if not rows:
             return result
-        # Vectors of another length come from a previous EMBEDDER: they are not comparable, so only the
-        # most common width takes part (re-embedding brings the others back as changed memories).
+        # Only vectors of the workspace's model are read; a blob of another length under that name cannot
+        # be compared either, so only the most common width takes part.
         width = Counter(len(row[2]) for row in rows).most_common(1)[0][0]
         rows = [row for row in rows if len(row[2]) == width]
         ids = [row[0] for row in rows]

@@ -23,7 +23,7 @@ from evolution.evolvers.base import EvolutionResult, register
 from evolution.evolvers.typed import number_setting, types_setting
 from evolution.models import Action, EvolutionRun, ProposalKind
 from evolution.proposals import ProposalDraft, proposals_recorded
-from memories.embeddings import default_embedder
+from memories.embeddings import embedder_for
 from memories.errors import InvalidInput
 from memories.models import Workspace
 
@@ -47,12 +47,17 @@ class DuplicateMerger:
             raise InvalidInput(f"evolution settings {self.name}.threshold: expected (0, 1]", field="threshold")
         types = types_setting(workspace, self.name, "memory_types", None)
         pending = merges.pending_merge_members(workspace=workspace)
-        rows = [r for r in merges.merge_candidate_rows(workspace=workspace, memory_types=types) if r[0] not in pending]
+        embedder = embedder_for(workspace)
+        rows = [
+            r
+            for r in merges.merge_candidate_rows(workspace=workspace, memory_types=types, model=embedder.name)
+            if r[0] not in pending
+        ]
         n = len(rows)
         type_names = sorted({r[1] for r in rows})
         code_of = {t: k for k, t in enumerate(type_names)}
         candidates = MergeCandidates(
-            vectors=typed_selectors.vectors_of([(r[0], r[2], r[3]) for r in rows], default_embedder()),
+            vectors=typed_selectors.vectors_of([(r[0], r[2], r[3]) for r in rows], embedder),
             type_codes=np.fromiter((code_of[r[1]] for r in rows), dtype=np.intp, count=n),
             contents=[r[2] for r in rows],
             origin_tier=np.fromiter((r[4] for r in rows), dtype=np.intp, count=n),

@@ -35,7 +35,7 @@ from evolution.evolvers.base import (
 from evolution.llm import LLMClient, default_client
 from evolution.models import Action, EvolutionRecord, EvolutionRun, ProposalKind, RecordLink
 from evolution.proposals import ProposalDraft, proposals_recorded
-from memories.embeddings import default_embedder
+from memories.embeddings import embedder_for
 from memories.errors import InvalidInput, NotFound
 from memories.models import MemoryType, Status, Workspace
 
@@ -180,15 +180,15 @@ class GoalResolver:
         result = EvolutionResult(evolver=self.name, dry_run=dry_run)
         threshold = number_setting(workspace, self.name, "threshold", 0.85)
         evidence_types = types_setting(workspace, self.name, "evidence_types", EVIDENCE_TYPES) or []
-        goals = typed_selectors.active_goals(workspace=workspace)
+        embedder = embedder_for(workspace)
+        goals = typed_selectors.active_goals(workspace=workspace, model=embedder.name)
         result.stats.update(goals=len(goals), evidence=0, resolved=0)
         if not goals:
             return result
-        evidence = typed_selectors.evidence_rows(workspace=workspace, memory_types=evidence_types)
+        evidence = typed_selectors.evidence_rows(workspace=workspace, memory_types=evidence_types, model=embedder.name)
         result.stats["evidence"] = len(evidence)
         if not evidence:
             return result
-        embedder = default_embedder()
         goal_vectors = typed_selectors.vectors_of([(g[0], g[1], g[2]) for g in goals], embedder)
         matches = goal_matches(goal_vectors, typed_selectors.vectors_of(evidence, embedder), threshold)
         evidence_ids = [e[0] for e in evidence]

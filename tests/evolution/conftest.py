@@ -14,6 +14,7 @@ import pytest
 from evolution import services
 from evolution.models import EvolutionRun
 from memories.algorithms.embedding import to_bytes
+from memories.embeddings import default_embedder
 from memories.models import Edge, EdgeType, Memory, MemoryScore, RetrievalEvent, Workspace
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -39,7 +40,8 @@ class EvolutionKit:
     def mem(
         self, content: str = "a memory", *, age_days: float = 1.0, ws: Workspace | None = None, **fields: Any
     ) -> Memory:
-        """One memory row created `age_days` before NOW (no embedding unless given)."""
+        """One memory row created `age_days` before NOW (no embedding unless given; a given one is labelled
+        with the site embedder's name, as the write services label theirs, unless embedding_model is given)."""
         created = NOW - timedelta(days=age_days)
         values: dict[str, Any] = {
             "memory_type": "semantic",
@@ -48,6 +50,8 @@ class EvolutionKit:
             "activation_last_boost_at": created,
         }
         values.update(fields)
+        if values.get("embedding") is not None:
+            values.setdefault("embedding_model", default_embedder().name)
         return Memory.objects.create(id=uuid.uuid4(), workspace=ws or self.workspace, content=content, **values)
 
     def retrieve(

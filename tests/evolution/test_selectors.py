@@ -11,6 +11,7 @@ import pytest
 from evolution import selectors
 from evolution.models import EvolutionRun, RunStatus
 from memories.bulk import uuid_hex
+from memories.embeddings import default_embedder
 from memories.models import Edge, EdgeType, Memory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
@@ -58,7 +59,7 @@ def test_embedding_rows_hold_retention_from_the_scores_and_the_marker_as_text(ki
     kit.mem("no vector")
     kit.mem("archived", embedding=vec, status="archived")
     kit.mem("elsewhere", embedding=vec, ws=other)
-    rows = selectors.embedding_rows(workspace=kit.workspace)
+    rows = selectors.embedding_rows(workspace=kit.workspace, model=default_embedder().name)
     assert [(mid, ret, marker) for mid, ret, _, marker in rows] == [
         (str(marked.id), 0.25, "0a1b2c3d"),
         (str(number.id), 1.0, "12345678"),

@@ -1,0 +1,222 @@
+"""Writes of embeddings: every stored vector carries its model's name and the time it was written.
+
+Every write path that sets ``Memory.embedding`` goes through ``vectors_touch`` (directly or through
+``memories_embed``): inside the writing transaction it bumps ``Workspace.vector_generation`` *before*
+the vectors are stamped, and the stamp (``embedded_at``) is taken after the bump. On PostgreSQL the bump's
+UPDATE holds the workspace row until commit, and SQLite serialises writers anyway, so the vector writers of
+one workspace commit one after another and each stamps later than everything committed before it. A reader
+that has read every vector stamped up to T (memories.vectorindex) therefore finds every later commit among
+the rows stamped at or after T (less a margin for the clocks of several hosts).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from memories.algorithms.embedding import Embedder, EmbedderUnavailable, to_bytes
+from memories.bulk import db_datetime, uuid_hex
+from memories.embeddings import default_embedder, embedder_for, embedder_for_spec
+from memories.errors import InvalidInput
+from memories.models import CompressionTier, Memory, Workspace
+
+log = logging.getLogger(__name__)
+
+REEMBED_BATCH = 512
+
+
+def vectors_touch(*, workspace: Workspace) -> tuple[datetime, str]:
+    """Announce a vector write of `workspace`; returns the time to stamp the vectors with and the workspace's
+    embedder spec as stored now (another process may have re-embedded the workspace since `workspace` was
+    read). Call it inside the writing transaction, after computing the vectors and before storing them.
+
+    One statement, ``UPDATE ... RETURNING`` (SQLite >= 3.35, PostgreSQL). The object's counter and spec are
+    refreshed too, so a search later in the same request sees its own write.
+    """
+    if not connection.in_atomic_block:
+        # Stamped outside a transaction, the vectors could commit after a later writer's: see the module doc.
+        raise RuntimeError("vectors_touch must run inside the transaction that writes the vectors")
+    table = connection.ops.quote_name(Workspace._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET vector_generation = vector_generation + 1 WHERE id = %s "
+            "RETURNING vector_generation, embedder",
+            [workspace.pk],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise InvalidInput(f"workspace {workspace.pk} no longer exists", field="workspace")
+    workspace.vector_generation, workspace.embedder = int(row[0]), str(row[1])
+    return timezone.now(), workspace.embedder
+
+
+def embedding_text(memory: Memory) -> str:
+    """The text a memory's vector describes: its FULL content, also when it was compressed since (the
+    compression ladder keeps the vector of the full content, so a compressed memory is still found)."""
+    if memory.compression_tier != CompressionTier.FULL:
+        for snap in memory.snapshots or ():
+            if (
+                isinstance(snap, dict)
+                and snap.get("tier") == CompressionTier.FULL
+                and isinstance(snap.get("content"), str)
+            ):
+                return str(snap["content"])
+    return memory.content
+
+
+def memories_embed(*, workspace: Workspace, memories: Sequence[Memory]) -> None:
+    """Set embedding, embedding_model and embedded_at of `memories` (not saved) with the workspace's embedder.
+
+    Computed before the workspace is touched, so the lock of the touch is held for the insert only; in the
+    rare case the workspace moved to another embedder meanwhile, they are computed again with that one.
+    """
+    if not memories:
+        return
+    texts = [embedding_text(m) for m in memories]
+    embedder = embedder_for(workspace)
+    vectors = embedder.embed(texts)
+    stamp, _ = vectors_touch(workspace=workspace)
+    current = embedder_for(workspace)
+    if current.name != embedder.name:
+        embedder, vectors = current, current.embed(texts)
+    for memory, vector in zip(memories, vectors, strict=True):
+        memory.embedding = to_bytes(vector)
+        memory.embedding_model = embedder.name
+        memory.embedded_at = stamp
+
+
+def embedding_changes(*, workspace: Workspace, text: str) -> dict[str, Any]:
+    """The field values that store `text`'s vector for one memory of `workspace` (for an update)."""
+    embedder = embedder_for(workspace)
+    vector = embedder.embed([text])[0]
+    stamp, _ = vectors_touch(workspace=workspace)
+    current = embedder_for(workspace)
+    if current.name != embedder.name:
+        embedder, vector = current, current.embed([text])[0]
+    return {"embedding": to_bytes(vector), "embedding_model": embedder.name, "embedded_at": stamp}
+
+
+# -- re-embedding a workspace ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReembedProgress:
+    """Where a re-embedding stands after a committed batch."""
+
+    done: int
+    total: int
+    elapsed_seconds: float
+
+    @property
+    def rate(self) -> float:
+        """Memories per second so far."""
+        return self.done / self.elapsed_seconds if self.elapsed_seconds > 0 else 0.0
+
+    @property
+    def eta_seconds(self) -> float | None:
+        return (self.total - self.done) / self.rate if self.rate > 0 else None
+
+
+@dataclass(frozen=True)
+class ReembedResult:
+    """``reembedded``: memories written; ``spec``: Workspace.embedder afterwards ("" = the site's);
+    ``changed``: False when there was nothing to do (every vector already of ``model``, spec unchanged)."""
+
+    model: str
+    reembedded: int
+    spec: str
+    changed: bool
+
+
+def reembed_target(*, workspace: Workspace, spec: str | None) -> tuple[Embedder, str]:
+    """The embedder to move `workspace` to and the Workspace.embedder value that names it ("" when it is
+    the site's embedder). InvalidInput (field embedder) for a spec that is unknown or cannot load here."""
+    if spec is None or not spec.strip():
+        embedder = embedder_for(workspace)
+        stored = workspace.embedder.strip()
+    else:
+        try:
+            embedder = embedder_for_spec(spec)
+        except (ValueError, EmbedderUnavailable) as exc:
+            raise InvalidInput(f"embedder: {exc}", field="embedder") from None
+        stored = spec.strip()
+    return embedder, "" if embedder.name == default_embedder().name else stored
+
+
+def _stale(workspace: Workspace, model: str) -> Any:
+    return Memory.objects.filter(workspace=workspace).exclude(embedding_model=model)
+
+
+def workspace_reembed(
+    *,
+    workspace: Workspace,
+    spec: str | None = None,
+    batch: int = REEMBED_BATCH,
+    progress: Callable[[ReembedProgress], None] | None = None,
+) -> ReembedResult:
+    """Re-embed every memory of `workspace` whose vector is not of the target model, then make the target
+    the workspace's embedder.
+
+    Target: `spec` (an EMBEDDER value), else the workspace's current embedder. One transaction per batch of
+    `batch` memories, so an interrupted run keeps what it committed and the next run does the rest. A batch
+    is read after the workspace is touched, so no edit of those memories interleaves. The workspace moves to
+    the target in the transaction of the last batch, so no vector of the old model can commit after the
+    switch unnoticed (writers read the spec back under the same lock: see vectors_touch).
+    """
+    if batch < 1:
+        raise InvalidInput("batch: expected a positive integer", field="batch")
+    embedder, stored = reembed_target(workspace=workspace, spec=spec)
+    model = embedder.name
+    total = _stale(workspace, model).count()
+    if total == 0 and workspace.embedder == stored:
+        return ReembedResult(model=model, reembedded=0, spec=stored, changed=False)
+    started = time.perf_counter()
+    done = 0
+    after: uuid.UUID | None = None
+    last = False
+    while not last:
+        with transaction.atomic():
+            stamp, _ = vectors_touch(workspace=workspace)
+            rows = _stale(workspace, model).order_by("id").only("id", "content", "compression_tier", "snapshots")
+            chunk = list((rows if after is None else rows.filter(id__gt=after))[:batch])
+            last = len(chunk) < batch
+            if last:
+                # The pass by id is through; memories written meanwhile with the old model may sit behind it.
+                # They are few, and taken here under the same lock as the switch, so none can follow it.
+                seen = {m.id for m in chunk}
+                chunk += [m for m in rows if m.id not in seen]
+            if chunk:
+                vectors = embedder.embed([embedding_text(m) for m in chunk])
+                _write_vectors(chunk, vectors, model, stamp)
+                done += len(chunk)
+                after = chunk[-1].id
+            if last:
+                Workspace.objects.filter(pk=workspace.pk).update(embedder=stored)
+                workspace.embedder = stored
+        if progress is not None and chunk:
+            progress(ReembedProgress(done=done, total=max(total, done), elapsed_seconds=time.perf_counter() - started))
+    log.info("workspace %s re-embedded with %s: %d memories", workspace.slug, model, done)
+    return ReembedResult(model=model, reembedded=done, spec=stored, changed=True)
+
+
+def _write_vectors(memories: Sequence[Memory], vectors: Any, model: str, stamp: datetime) -> None:
+    """One prepared UPDATE per memory through executemany (Django's bulk_update builds a CASE per column)."""
+    table = connection.ops.quote_name(Memory._meta.db_table)
+    native_uuid = connection.features.has_native_uuid_field
+    when = db_datetime(stamp)
+    rows = [
+        (to_bytes(vector), model, when, m.id if native_uuid else uuid_hex(m.id))
+        for m, vector in zip(memories, vectors, strict=True)
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE {table} SET embedding = %s, embedding_model = %s, embedded_at = %s WHERE id = %s", rows
+        )
