@@ -108,6 +108,11 @@ GRAPH_BACKEND = config.graph_backend_from_env(NEO4J_URI)
 # sql graph store: workspaces whose CSR snapshot each process keeps (LRU; ~30 MB per 1M edges).
 GRAPH_SNAPSHOT_WORKSPACES = config.env_int("GRAPH_SNAPSHOT_WORKSPACES", 16, minimum=1)
 EMBEDDER = config.embedder_from_env()
+# Vector indexes (memories.vectorindex): how many (workspace, model) indexes a process keeps (LRU; ~150 MB
+# each at 100k x 384), up to how many vectors search is exact (above: HNSW), where HNSW indexes persist.
+VECTOR_INDEX_CACHE = config.env_int("VECTOR_INDEX_CACHE", 4, minimum=1)
+VECTOR_INDEX_EXACT_MAX = config.env_int("VECTOR_INDEX_EXACT_MAX", 20_000, minimum=0)
+VECTOR_INDEX_DIR = Path(config.env_str("VECTOR_INDEX_DIR") or BASE_DIR / "var" / "vectors")
 LLM_BASE_URL = config.llm_base_url_from_env()
 LLM_API_KEY = config.env_str("LLM_API_KEY")
 LLM_MODEL = config.env_str("LLM_MODEL", "gpt-4o-mini")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from memories import services
 from memories.inputs import MemoryInput
 from memories.models import Memory, Role, Workspace
 from memories.signalbus import LocalSignalBus, set_signal_bus
+from memories.vectorindex import vector_index_clear
 from surfacing.graphstore import set_graph_store
 from surfacing.graphstore_neo4j import Neo4jGraphStore
 
@@ -101,6 +103,20 @@ def make_memory(workspace: Workspace, user: Any) -> Callable[..., Memory]:
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(scope="session")
+def vector_index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("vectors")
+
+
+@pytest.fixture(autouse=True)
+def fresh_vector_indexes(settings: Any, vector_index_dir: Path) -> Iterator[None]:
+    """No vector index outlives its test (a rolled-back workspace id comes back), and none is written to var/."""
+    settings.VECTOR_INDEX_DIR = vector_index_dir
+    vector_index_clear()
+    yield
+    vector_index_clear()
 
 
 # -- the Bolt graph store (FalkorDB started by `scripts/services.sh start`; tests marked `services`) ----

@@ -1,0 +1,286 @@
+"""Nearest stored vectors of a workspace: an in-process index per (workspace, model), kept current by catch-up.
+
+``vector_search(workspace=, vector=, model=, limit=)`` returns ``(memory id, cosine)`` pairs, best first, over
+the workspace's vectors whose ``embedding_model`` is ``model``. It may name memories archived or deleted
+since they were indexed: callers read the rows and filter by status.
+
+Keeping current. Writers bump ``Workspace.vector_generation`` in the transaction that writes vectors and
+stamp them (``embedded_at``) after the bump (memories.embedding_service). An index remembers the generation
+it is current to and the latest stamp it has read (its watermark); the request's ``Workspace`` carries the
+counter, so an index that is current costs no query. When the counter moved, one indexed read takes the
+rows stamped since ``watermark - CATCH_UP_MARGIN``: vectors of ``model`` are added or replaced, rows whose
+vector is now of another model (re-embedded) or gone are dropped, rows already held with the same stamp
+are skipped. Writers of one workspace commit in stamp order (the bump's lock), so nothing committed later
+can carry an older stamp; the margin covers clocks of several hosts.
+
+Two engines, chosen by size (measured in bench/bench_vectorindex.py; figures in docs/vectorindex.md):
+
+- exact: a float32 matrix and one matrix-vector product plus ``argpartition``. At 10k x 384 that is
+  0.4-0.7 ms; at 100k x 384 it reads 154 MB per query, 16-25 ms, far over the 2 ms target.
+- HNSW (usearch, half-precision vectors, inner product) above ``VECTOR_INDEX_EXACT_MAX`` vectors (default
+  20k): ~1-2 ms at 100k x 384 but approximate, and its build takes tens of seconds there, so an HNSW index
+  is persisted under ``VECTOR_INDEX_DIR`` (one file per workspace and model, written to a temporary file and
+  renamed, holding the generation and watermark it is current to), loaded at first use and caught up like
+  the in-memory one. The database stays the source of truth: a missing, unreadable or mismatched file is
+  rebuilt from it, with a log line.
+
+Memory: exact 100k x 384 = 154 MB (float32); HNSW 100k x 384 ~150 MB (77 MB of f16 vectors plus the
+graph). Each process keeps the ``VECTOR_INDEX_CACHE`` (default 4) most recently used indexes.
+
+Threads: one lock per index serialises its catch-up and its searches (a search is a millisecond or two);
+other workspaces are not blocked. One thread builds while the others asking for that index wait for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from django.conf import settings
+from django.db.models import Max
+
+from memories.algorithms.vectorindex import ExactEngine, IndexFileError, VectorIndex
+from memories.models import Memory, Workspace
+from memories.selectors import embedding_of
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CATCH_UP_MARGIN", "cached_indexes", "vector_index", "vector_index_clear", "vector_search"]
+
+CATCH_UP_MARGIN = timedelta(seconds=5)
+"""How far behind its watermark a catch-up reads: clock differences between the hosts that write."""
+
+DEFAULT_CACHE = 4
+"""Indexes kept per process (setting VECTOR_INDEX_CACHE): ~150 MB each at 100k x 384."""
+
+DEFAULT_EXACT_MAX = 20_000
+"""Vectors up to which search is exact (setting VECTOR_INDEX_EXACT_MAX): ~1 ms at 384 dims."""
+
+# A persisted index is rewritten once this share of its vectors changed since it was written (and at
+# least SAVE_MIN): a restarted process then reads only the vectors stamped after the file.
+SAVE_SHARE = 0.05
+SAVE_MIN = 1000
+_READ_CHUNK = 4096
+
+
+def _exact_max() -> int:
+    return int(getattr(settings, "VECTOR_INDEX_EXACT_MAX", DEFAULT_EXACT_MAX))
+
+
+def _cache_size() -> int:
+    return max(1, int(getattr(settings, "VECTOR_INDEX_CACHE", DEFAULT_CACHE)))
+
+
+def _index_dir() -> Path:
+    return Path(getattr(settings, "VECTOR_INDEX_DIR", Path(settings.BASE_DIR) / "var" / "vectors"))
+
+
+# -- reads ----------------------------------------------------------------------------------------
+
+
+def _build(workspace: Workspace, model: str, dim: int) -> VectorIndex:
+    """The index from the database: every vector of `model` in the workspace, read in chunks.
+
+    The watermark starts at the latest stamp of the whole workspace read first: whatever commits after that
+    read carries a later stamp (see the module docstring), and an index of a model with no vector yet does
+    not have to read the workspace's other vectors at its first catch-up.
+    """
+    index = VectorIndex(workspace_id=workspace.pk, created_at=workspace.created_at, model=model, dim=dim)
+    index.generation = workspace.vector_generation
+    index.watermark = Memory.objects.filter(workspace_id=workspace.pk).aggregate(top=Max("embedded_at"))["top"]
+    rows = (
+        Memory.objects.filter(workspace_id=workspace.pk, embedding_model=model, embedding__isnull=False)
+        .order_by()
+        .values_list("id", "embedded_at", "embedding")
+    )
+    chunk: list[tuple[uuid.UUID, datetime | None, Any]] = []
+    for row in rows.iterator(chunk_size=_READ_CHUNK):
+        chunk.append(row)
+        if len(chunk) >= _READ_CHUNK:
+            index.apply(chunk)
+            chunk = []
+    index.apply(chunk)
+    if len(index) > _exact_max():
+        index.switch_to_hnsw()
+    return index
+
+
+def _catch_up(index: VectorIndex, workspace: Workspace) -> int:
+    """Read the rows stamped since the watermark (less the margin) and apply them; returns the changes."""
+    rows = Memory.objects.filter(workspace_id=workspace.pk)
+    rows = (
+        rows.filter(embedded_at__isnull=False)
+        if index.watermark is None
+        else rows.filter(embedded_at__gte=index.watermark - CATCH_UP_MARGIN)
+    )
+    changes = index.apply(rows.order_by().values_list("id", "embedded_at", embedding_of(index.model)))
+    index.generation = max(index.generation, workspace.vector_generation)
+    if isinstance(index.engine, ExactEngine) and len(index) > _exact_max():
+        index.switch_to_hnsw()
+    return changes
+
+
+def _file_path(workspace_id: int, model: str, dim: int) -> Path:
+    digest = hashlib.sha256(f"{model}\n{dim}".encode()).hexdigest()[:16]
+    return _index_dir() / f"ws{workspace_id}-{digest}.vecindex"
+
+
+def _load_or_build(workspace: Workspace, model: str, dim: int) -> VectorIndex:
+    """The persisted index caught up, else a fresh build (persisted when it is an HNSW one)."""
+    path = _file_path(workspace.pk, model, dim)
+    started = time.perf_counter()
+    if path.exists():
+        try:
+            index = VectorIndex.from_file(
+                path, workspace_id=workspace.pk, created_at=workspace.created_at, model=model, dim=dim
+            )
+        except IndexFileError as exc:
+            log.warning("vector index file %s rebuilt from the database: %s", path, exc)
+        else:
+            changes = _catch_up(index, workspace)
+            log.info(
+                "vector index of workspace %s (%s) loaded from %s: %d vectors, %d changes caught up in %.3f s",
+                workspace.pk,
+                model,
+                path,
+                len(index),
+                changes,
+                time.perf_counter() - started,
+            )
+            _save_if_due(index, path)
+            return index
+    index = _build(workspace, model, dim)
+    log.info(
+        "vector index of workspace %s (%s) built: %d vectors (%s) in %.3f s",
+        workspace.pk,
+        model,
+        len(index),
+        "hnsw" if index.is_hnsw else "exact",
+        time.perf_counter() - started,
+    )
+    if index.is_hnsw:
+        _save(index, path)
+    return index
+
+
+def _save(index: VectorIndex, path: Path) -> None:
+    started = time.perf_counter()
+    try:
+        index.to_file(path)
+    except OSError as exc:
+        # The database is the source of truth: an unwritable directory costs a rebuild per process, no data.
+        log.warning("vector index file %s not written: %s", path, exc)
+        return
+    log.info("vector index file %s written: %d vectors in %.3f s", path, len(index), time.perf_counter() - started)
+
+
+def _save_if_due(index: VectorIndex, path: Path) -> None:
+    if index.is_hnsw and index.unsaved >= max(SAVE_MIN, int(SAVE_SHARE * len(index))):
+        _save(index, path)
+
+
+@dataclass
+class _Slot:
+    """One cache entry: ``index`` is None until built; ``lock`` guards building, catching up and searching."""
+
+    index: VectorIndex | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_Key = tuple[int, str, int]
+
+
+class _Cache:
+    """The process's indexes, least recently used evicted beyond VECTOR_INDEX_CACHE (never one in use)."""
+
+    def __init__(self) -> None:
+        self._slots: OrderedDict[_Key, _Slot] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def slot(self, key: _Key) -> _Slot:
+        with self._lock:
+            slot = self._slots.get(key)
+            if slot is None:
+                slot = self._slots[key] = _Slot()
+            self._slots.move_to_end(key)
+            excess = len(self._slots) - _cache_size()
+            if excess > 0:
+                victims = [k for k, s in self._slots.items() if k != key and not s.lock.locked()][:excess]
+                for k in victims:
+                    del self._slots[k]
+            return slot
+
+    def keys(self) -> list[_Key]:
+        with self._lock:
+            return list(self._slots)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._slots.clear()
+
+
+_cache = _Cache()
+
+
+def vector_index_clear() -> None:
+    """Forget every cached index of this process (tests, benchmarks); files stay."""
+    _cache.clear()
+
+
+def cached_indexes() -> list[tuple[int, str, int]]:
+    """(workspace id, model, dim) of the cached indexes, least recently used first."""
+    return _cache.keys()
+
+
+def vector_index(*, workspace: Workspace, model: str, dim: int) -> VectorIndex:
+    """The workspace's index of `model` vectors of length `dim`, current as of ``workspace.vector_generation``.
+
+    For inspection (tests, the benchmark); searches go through ``vector_search``, which holds the lock.
+    """
+    slot = _cache.slot((workspace.pk, model, dim))
+    with slot.lock:
+        return _current(slot, workspace, model, dim)
+
+
+def _current(slot: _Slot, workspace: Workspace, model: str, dim: int) -> VectorIndex:
+    index = slot.index
+    if index is not None and index.created_at != workspace.created_at:
+        # A workspace recreated under the id of a deleted one.
+        index = None
+    if index is None:
+        index = slot.index = _load_or_build(workspace, model, dim)
+    elif index.generation < workspace.vector_generation:
+        started = time.perf_counter()
+        changes = _catch_up(index, workspace)
+        log.debug(
+            "vector index of workspace %s (%s) caught up to generation %d: %d changes in %.4f s",
+            workspace.pk,
+            model,
+            index.generation,
+            changes,
+            time.perf_counter() - started,
+        )
+        _save_if_due(index, _file_path(workspace.pk, model, dim))
+    return index
+
+
+def vector_search(
+    *, workspace: Workspace, vector: npt.ArrayLike, model: str, limit: int = 200
+) -> list[tuple[uuid.UUID, float]]:
+    """The `limit` memories of `workspace` whose stored `model` vector has the highest cosine with `vector`,
+    best first, as (memory id, cosine). Memories may have been archived or deleted since they were indexed:
+    callers filter. A zero query vector finds nothing."""
+    query = np.asarray(vector, dtype=np.float32).reshape(-1)
+    slot = _cache.slot((workspace.pk, model, int(query.shape[0])))
+    with slot.lock:
+        return _current(slot, workspace, model, int(query.shape[0])).search(query, limit)

@@ -1,0 +1,188 @@
+"""The workspace vector index: nearest memories, incremental catch-up, model and workspace isolation, files."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from django.db import transaction
+
+from memories import services
+from memories.algorithms.embedding import to_bytes
+from memories.algorithms.vectorindex import HnswEngine
+from memories.embedding_service import vectors_touch
+from memories.embeddings import default_embedder, embedder_for
+from memories.inputs import MemoryInput
+from memories.models import Memory, Workspace
+from memories.vectorindex import cached_indexes, vector_index, vector_index_clear, vector_search
+
+pytestmark = [pytest.mark.django_db, pytest.mark.api]
+
+TOPICS = [
+    "the deploy pipeline runs on fridays after the review",
+    "kafka consumers lag when the partition count is too low",
+    "grandma's apple pie needs cinnamon and a hot oven",
+    "the tennis club meets on tuesday evenings at seven",
+    "postgres vacuum settings for a write heavy table",
+]
+
+
+def fresh(workspace: Workspace) -> Workspace:
+    """The workspace as the next request reads it (with its current vector generation)."""
+    return Workspace.objects.get(pk=workspace.pk)
+
+
+def query(text: str) -> np.ndarray:
+    return default_embedder().embed([text])[0]
+
+
+def search(workspace: Workspace, text: str, limit: int = 10) -> list[tuple[Any, float]]:
+    ws = fresh(workspace)
+    return vector_search(workspace=ws, vector=query(text), model=embedder_for(ws).name, limit=limit)
+
+
+def create(workspace: Workspace, user: Any, texts: list[str]) -> list[Memory]:
+    return services.memories_create(workspace=workspace, actor=user, items=[MemoryInput(content=t) for t in texts])
+
+
+def test_search_returns_the_nearest_memories_best_first(workspace: Workspace, user: Any) -> None:
+    memories = create(workspace, user, TOPICS)
+    hits = search(workspace, TOPICS[2])
+    assert hits[0][0] == memories[2].id
+    assert hits[0][1] == pytest.approx(1.0, abs=1e-5)
+    assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
+    assert {h[0] for h in hits} == {m.id for m in memories}
+
+
+def test_a_current_index_answers_without_a_query(
+    workspace: Workspace, user: Any, django_assert_num_queries: Callable[..., Any]
+) -> None:
+    create(workspace, user, TOPICS)
+    ws = fresh(workspace)
+    vector = query(TOPICS[0])
+    vector_search(workspace=ws, vector=vector, model=embedder_for(ws).name)
+    with django_assert_num_queries(0):
+        vector_search(workspace=ws, vector=vector, model=embedder_for(ws).name)
+
+
+def test_memories_written_after_the_build_are_caught_up_by_one_read_of_the_new_rows(
+    workspace: Workspace, user: Any, django_assert_num_queries: Callable[..., Any]
+) -> None:
+    create(workspace, user, TOPICS * 20)
+    search(workspace, "anything")
+    ws = fresh(workspace)
+    index = vector_index(workspace=ws, model=embedder_for(ws).name, dim=default_embedder().dim)
+    assert (len(index), index.rows_read) == (100, 100)
+    (late,) = create(workspace, user, ["a brand new memory about sailing boats"])
+    ws = fresh(workspace)
+    with django_assert_num_queries(1):
+        hits = vector_search(workspace=ws, vector=query(late.content), model=embedder_for(ws).name, limit=1)
+    assert hits[0][0] == late.id
+    # The catch-up read the rows stamped since the watermark (within the margin: the 100 of the first
+    # write, at most), not a reload, and the index is the same object, grown by one.
+    assert vector_index(workspace=ws, model=embedder_for(ws).name, dim=default_embedder().dim) is index
+    assert len(index) == 101
+    assert index.rows_read <= 100 + 101
+
+
+def test_the_catch_up_reads_only_rows_stamped_since_the_watermark(workspace: Workspace, user: Any) -> None:
+    old = create(workspace, user, TOPICS)
+    # The first write an hour ago, well behind the catch-up margin; the second one now.
+    Memory.objects.filter(id__in=[m.id for m in old]).update(embedded_at=old[0].embedded_at - timedelta(hours=1))
+    create(workspace, user, ["a recent memory"])
+    search(workspace, "anything")
+    ws = fresh(workspace)
+    index = vector_index(workspace=ws, model=embedder_for(ws).name, dim=default_embedder().dim)
+    assert index.rows_read == 6
+    create(workspace, user, ["one more"])
+    assert search(workspace, "one more", limit=1)[0][1] == pytest.approx(1.0, abs=1e-5)
+    assert index.rows_read - 6 == 2  # the recent one (within the margin) and the new one
+    assert len(index) == 7
+
+
+def test_an_edit_that_reembeds_replaces_the_vector(workspace: Workspace, user: Any) -> None:
+    memories = create(workspace, user, TOPICS)
+    search(workspace, "anything")
+    services.memory_update(
+        workspace=fresh(workspace), memory=memories[0], actor=user, changes={"content": "sourdough starter feeding"}
+    )
+    hits = search(workspace, "sourdough starter feeding", limit=1)
+    assert hits[0] == (memories[0].id, pytest.approx(1.0, abs=1e-5))
+    old = dict(search(workspace, TOPICS[0], limit=5))
+    assert old.get(memories[0].id, 0.0) < 0.5
+
+
+def test_vectors_of_another_model_are_never_returned(workspace: Workspace, user: Any) -> None:
+    memories = create(workspace, user, TOPICS)
+    Memory.objects.filter(id=memories[1].id).update(embedding_model="hashing:128")
+    assert memories[1].id not in {h[0] for h in search(workspace, TOPICS[1])}
+
+
+def test_a_memory_moved_to_another_model_leaves_the_index_at_the_next_catch_up(workspace: Workspace, user: Any) -> None:
+    memories = create(workspace, user, TOPICS)
+    assert memories[1].id in {h[0] for h in search(workspace, TOPICS[1])}
+    with transaction.atomic():
+        stamp, _ = vectors_touch(workspace=workspace)
+        Memory.objects.filter(id=memories[1].id).update(
+            embedding=to_bytes(np.ones(128) / np.sqrt(128)), embedding_model="hashing:128", embedded_at=stamp
+        )
+    assert memories[1].id not in {h[0] for h in search(workspace, TOPICS[1])}
+
+
+def test_another_workspace_is_never_returned(workspace: Workspace, other_workspace: Workspace, user: Any) -> None:
+    mine = create(workspace, user, TOPICS[:2])
+    theirs = create(other_workspace, user, TOPICS)
+    assert {h[0] for h in search(workspace, TOPICS[3])} == {m.id for m in mine}
+    assert {h[0] for h in search(other_workspace, TOPICS[3])} == {m.id for m in theirs}
+
+
+def test_the_cache_keeps_the_most_recently_used_indexes(settings: Any, user: Any) -> None:
+    settings.VECTOR_INDEX_CACHE = 2
+    spaces = [services.workspace_create(owner=user, slug=f"ws{k}", name="w") for k in range(3)]
+    for ws in spaces:
+        create(ws, user, TOPICS[:1])
+        search(ws, "x")
+    dim = default_embedder().dim
+    model = default_embedder().name
+    assert cached_indexes() == [(spaces[1].pk, model, dim), (spaces[2].pk, model, dim)]
+
+
+def test_a_large_index_is_hnsw_persisted_and_loaded_then_caught_up(
+    settings: Any, tmp_path: Path, workspace: Workspace, user: Any
+) -> None:
+    settings.VECTOR_INDEX_EXACT_MAX = 50
+    settings.VECTOR_INDEX_DIR = tmp_path
+    memories = create(workspace, user, [f"{t} number {k}" for k in range(20) for t in TOPICS])
+    assert search(workspace, memories[7].content, limit=1)[0][0] == memories[7].id
+    (path,) = tmp_path.iterdir()
+    vector_index_clear()  # as a new process would start
+    (late,) = create(workspace, user, ["a brand new memory about sailing boats"])
+    assert search(workspace, late.content, limit=1)[0][0] == late.id
+    ws = fresh(workspace)
+    index = vector_index(workspace=ws, model=embedder_for(ws).name, dim=default_embedder().dim)
+    assert isinstance(index.engine, HnswEngine)
+    assert len(index) == 101
+    # Loaded from the file: only the rows stamped since its watermark (less the margin) were read.
+    assert index.rows_read <= 101
+    assert path.exists()
+
+
+def test_a_corrupt_index_file_is_rebuilt_from_the_database_with_a_log_line(
+    settings: Any, tmp_path: Path, workspace: Workspace, user: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings.VECTOR_INDEX_EXACT_MAX = 10
+    settings.VECTOR_INDEX_DIR = tmp_path
+    memories = create(workspace, user, [f"{t} {k}" for k in range(4) for t in TOPICS])
+    search(workspace, "x")
+    (path,) = tmp_path.iterdir()
+    path.write_bytes(b"not an index")
+    vector_index_clear()
+    with caplog.at_level(logging.WARNING, logger="memories.vectorindex"):
+        assert search(workspace, memories[3].content, limit=1)[0][0] == memories[3].id
+    assert "rebuilt from the database" in caplog.text
+    assert path.read_bytes() != b"not an index"
