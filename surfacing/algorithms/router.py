@@ -3,11 +3,14 @@
 Rules, first match wins (REFERENCE.md "Surfacing router"):
 
 1. ``deep:multi-hop`` (confidence 0.75) when the query contains one of the words
-   ``why | how | what caused | explain`` (case-insensitive, whole words; reason ``keyword:<m>``), or the
-   caller saw >= 2 entities (``entity_count:<n>``), or the query is longer than 80 characters
-   (``length:<n>``). Every condition that holds is listed as a reason, in that order.
+   ``why | how | what caused | explain`` (case-insensitive, whole words; reason ``keyword:<m>`` for each
+   distinct keyword, in query order), or the caller saw >= 2 entities (``entity_count:<n>``), or the query
+   is longer than 80 characters (``length:<n>``). Every condition that holds is listed as a reason, in
+   that order.
 2. ``fast:recency`` (0.8) when the lower-cased query contains ``recent | latest | newest | today |
-   yesterday`` as a substring (``recency_signal:<w>``, the first signal word of that list found).
+   yesterday`` as a substring (``recency_signal:<w>`` for each signal word found, in that list's order).
+   A deep query that also carries recency signals lists them after its own reasons: the router names
+   every signal it saw, not only those of the rule that won.
 3. For 1..6 whitespace-separated words whose first word (lower-cased, trailing comma stripped) is not a
    wh-word (what who where when why which whose how), ``factual:point-query``:
    first word in ``list | show | get | find | all`` -> 0.7 (``lookup_prefix:<w>``); else the whole query
@@ -103,10 +106,8 @@ def _explicit(explicit: Strategy) -> RouteDecision:
 
 
 def _deep_reasons(query: str, entity_count: int) -> list[str]:
-    reasons: list[str] = []
-    match = _DEEP_KEYWORDS.search(query)
-    if match is not None:
-        reasons.append(f"keyword:{match.group(1).lower()}")
+    keywords = [m.group(1).lower() for m in _DEEP_KEYWORDS.finditer(query)]
+    reasons = [f"keyword:{k}" for k in dict.fromkeys(keywords)]
     if entity_count >= DEEP_MIN_ENTITIES:
         reasons.append(f"entity_count:{entity_count}")
     if len(query) > DEEP_MIN_LENGTH_EXCLUSIVE:
@@ -139,12 +140,12 @@ def route(query: str, *, entity_count: int, explicit: Strategy | None = None) ->
     if explicit is not None:
         return _explicit(explicit)
     deep = _deep_reasons(query, entity_count)
-    if deep:
-        return RouteDecision(None, Strategy.DEEP_MULTI_HOP, DEEP_CONFIDENCE, tuple(deep))
     lowered = query.lower()
-    for signal in _RECENCY_SIGNALS:
-        if signal in lowered:
-            return RouteDecision(None, Strategy.FAST_RECENCY, RECENCY_CONFIDENCE, (f"recency_signal:{signal}",))
+    recency = tuple(f"recency_signal:{signal}" for signal in _RECENCY_SIGNALS if signal in lowered)
+    if deep:
+        return RouteDecision(None, Strategy.DEEP_MULTI_HOP, DEEP_CONFIDENCE, (*deep, *recency))
+    if recency:
+        return RouteDecision(None, Strategy.FAST_RECENCY, RECENCY_CONFIDENCE, recency)
     point = _point_query(query, entity_count)
     if point is not None:
         return point

@@ -43,6 +43,9 @@ def test_router_reproduces_reference_vectors(
         ("auth and billing", 2, ("entity_count:2",)),
         ("x" * 81, 0, (f"length:{81}",)),
         ("why " + "y" * 90, 3, ("keyword:why", "entity_count:3", "length:94")),
+        ("how would you explain the outage", 0, ("keyword:how", "keyword:explain")),
+        ("Why, why and how", 0, ("keyword:why", "keyword:how")),
+        ("why did the latest deploy fail today", 0, ("keyword:why", "recency_signal:latest", "recency_signal:today")),
     ],
 )
 def test_deep_rule_lists_every_condition_that_holds(query: str, entity_count: int, expected: tuple[str, ...]) -> None:
@@ -68,16 +71,18 @@ def test_deep_rule_beats_recency_signal() -> None:
 
 
 @pytest.mark.parametrize(
-    ("query", "signal"),
+    ("query", "signals"),
     [
-        ("latest invoices", "latest"),
-        ("what did we do yesterday", "yesterday"),
-        ("Recently changed settings", "recent"),
-        ("newest notes from today", "newest"),
+        ("latest invoices", ("latest",)),
+        ("what did we do yesterday", ("yesterday",)),
+        ("Recently changed settings", ("recent",)),
+        ("newest notes from today", ("newest", "today")),
+        ("the latest of the most recent", ("recent", "latest")),
     ],
 )
-def test_recency_signal_is_a_substring_match_reported_in_list_order(query: str, signal: str) -> None:
-    assert route(query, entity_count=1) == RouteDecision(None, FAST, 0.8, (f"recency_signal:{signal}",))
+def test_every_recency_signal_is_a_substring_match_reported_in_list_order(query: str, signals: tuple[str]) -> None:
+    reasons = tuple(f"recency_signal:{signal}" for signal in signals)
+    assert route(query, entity_count=1) == RouteDecision(None, FAST, 0.8, reasons)
 
 
 @pytest.mark.parametrize(
