@@ -71,7 +71,10 @@ def test_every_memory_of_an_ingested_conversation_names_its_model(workspace: Wor
         sessions=[
             SessionInput(
                 started_at=start,
-                turns=[TurnInput(speaker="Ann", text="I met Maria Schmidt in Berlin"), TurnInput(speaker="Bo", text="Agreed")],
+                turns=[
+                    TurnInput(speaker="Ann", text="I met Maria Schmidt in Berlin"),
+                    TurnInput(speaker="Bo", text="Agreed"),
+                ],
             )
         ],
     )

@@ -117,7 +117,7 @@ def test_hnsw_replaces_and_removes_vectors() -> None:
 
 def test_a_file_round_trip_keeps_ids_stamps_watermark_and_results(tmp_path: Path) -> None:
     vectors = unit_rows(300, 16)
-    index, ids = index_of(vectors)
+    index, _ = index_of(vectors)
     index.switch_to_hnsw()
     index.generation = 12
     path = tmp_path / "sub" / "ws1.vecindex"
