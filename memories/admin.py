@@ -26,7 +26,8 @@ class MembershipInline(admin.TabularInline[Membership, Workspace]):
 class WorkspaceAdmin(admin.ModelAdmin[Workspace]):
     list_display = ("slug", "name", "created_at", "graph_generation")
     search_fields = ("slug", "name")
-    readonly_fields = ("created_at", "graph_generation", "graph_rewrites")
+    # The embedder changes only through `manage.py reembed`, which re-embeds the vectors first.
+    readonly_fields = ("created_at", "graph_generation", "graph_rewrites", "embedder", "vector_generation")
     inlines: ClassVar = [MembershipInline]
 
 
@@ -67,6 +68,8 @@ class MemoryAdmin(admin.ModelAdmin[Memory]):
         "superseded_by",
         "created_at",
         "updated_at",
+        "embedding_model",
+        "embedded_at",
     )
     exclude = ("embedding",)
 

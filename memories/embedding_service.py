@@ -1,12 +1,13 @@
 """Writes of embeddings: every stored vector carries its model's name and the time it was written.
 
 Every write path that sets ``Memory.embedding`` goes through ``vectors_touch`` (directly or through
-``memories_embed``): inside the writing transaction it bumps ``Workspace.vector_generation`` *before*
-the vectors are stamped, and the stamp (``embedded_at``) is taken after the bump. On PostgreSQL the bump's
-UPDATE holds the workspace row until commit, and SQLite serialises writers anyway, so the vector writers of
-one workspace commit one after another and each stamps later than everything committed before it. A reader
-that has read every vector stamped up to T (memories.vectorindex) therefore finds every later commit among
-the rows stamped at or after T (less a margin for the clocks of several hosts).
+``memories_embed``): inside the writing transaction it bumps ``Workspace.vector_generation`` and takes the
+stamp for the vectors (``embedded_at``) from the workspace row: the later of now and the last stamp issued
+plus a microsecond. On PostgreSQL the bump's UPDATE holds the workspace row until commit, and SQLite
+serialises writers anyway, so the vector writers of one workspace commit one after another, each with
+stamps strictly later than every stamp committed before it, whatever the clocks of the hosts. A reader that
+has read every vector stamped up to T (memories.vectorindex) therefore finds every later commit among the
+rows stamped after T, and reads nothing twice.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from memories.algorithms.embedding import Embedder, EmbedderUnavailable, to_bytes
 from memories.bulk import db_datetime, uuid_hex
@@ -31,31 +33,47 @@ from memories.models import CompressionTier, Memory, Workspace
 log = logging.getLogger(__name__)
 
 REEMBED_BATCH = 512
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def vectors_touch(*, workspace: Workspace) -> tuple[datetime, str]:
-    """Announce a vector write of `workspace`; returns the time to stamp the vectors with and the workspace's
-    embedder spec as stored now (another process may have re-embedded the workspace since `workspace` was
-    read). Call it inside the writing transaction, after computing the vectors and before storing them.
+    """Announce a vector write of `workspace`; returns the stamp for the vectors and the workspace's embedder
+    spec as stored now (another process may have re-embedded the workspace since `workspace` was read).
+    Call it inside the writing transaction, after computing the vectors and before storing them.
 
-    One statement, ``UPDATE ... RETURNING`` (SQLite >= 3.35, PostgreSQL). The object's counter and spec are
-    refreshed too, so a search later in the same request sees its own write.
+    Two statements under the workspace row's lock: ``UPDATE ... RETURNING`` (SQLite >= 3.35, PostgreSQL)
+    bumps the counter and reads the last stamp, the second stores the new one. The object's counter, spec
+    and stamp are refreshed too, so a search later in the same request sees its own write.
     """
     if not connection.in_atomic_block:
-        # Stamped outside a transaction, the vectors could commit after a later writer's: see the module doc.
+        # Outside a transaction the lock would go with the bump, before the vectors are written.
         raise RuntimeError("vectors_touch must run inside the transaction that writes the vectors")
     table = connection.ops.quote_name(Workspace._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {table} SET vector_generation = vector_generation + 1 WHERE id = %s "
-            "RETURNING vector_generation, embedder",
+            "RETURNING vector_generation, embedder, vector_stamped_at",
             [workspace.pk],
         )
         row = cursor.fetchone()
-    if row is None:
-        raise InvalidInput(f"workspace {workspace.pk} no longer exists", field="workspace")
-    workspace.vector_generation, workspace.embedder = int(row[0]), str(row[1])
-    return timezone.now(), workspace.embedder
+        if row is None:
+            raise InvalidInput(f"workspace {workspace.pk} no longer exists", field="workspace")
+        last = _aware(row[2])
+        now = timezone.now()
+        stamp = now if last is None or now > last else last + _MICROSECOND
+        cursor.execute(f"UPDATE {table} SET vector_stamped_at = %s WHERE id = %s", [db_datetime(stamp), workspace.pk])
+    workspace.vector_generation, workspace.embedder, workspace.vector_stamped_at = int(row[0]), str(row[1]), stamp
+    return stamp, workspace.embedder
+
+
+def _aware(value: datetime | str | None) -> datetime | None:
+    """A datetime column read through a raw cursor: SQLite gives Django's naive UTC text."""
+    if value is None or isinstance(value, datetime):
+        return value if value is None or value.tzinfo is not None else value.replace(tzinfo=UTC)
+    parsed = parse_datetime(value)
+    if parsed is None:
+        raise ValueError(f"not a stored datetime: {value!r}")
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def embedding_text(memory: Memory) -> str:

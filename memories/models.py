@@ -109,6 +109,9 @@ class Workspace(models.Model):
     # Bumped in every transaction that writes embeddings, before it writes them, so cached vector indexes
     # know they are stale (see memories.vectorindex).
     vector_generation = models.PositiveBigIntegerField(default=0)
+    # The last Memory.embedded_at handed out for this workspace: stamps are issued from this row, strictly
+    # increasing in commit order whatever the clocks of the writing hosts (memories.embedding_service).
+    vector_stamped_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering: ClassVar = ["slug"]

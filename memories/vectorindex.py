@@ -5,13 +5,13 @@ the workspace's vectors whose ``embedding_model`` is ``model``. It may name memo
 since they were indexed: callers read the rows and filter by status.
 
 Keeping current. Writers bump ``Workspace.vector_generation`` in the transaction that writes vectors and
-stamp them (``embedded_at``) after the bump (memories.embedding_service). An index remembers the generation
-it is current to and the latest stamp it has read (its watermark); the request's ``Workspace`` carries the
-counter, so an index that is current costs no query. When the counter moved, one indexed read takes the
-rows stamped since ``watermark - CATCH_UP_MARGIN``: vectors of ``model`` are added or replaced, rows whose
-vector is now of another model (re-embedded) or gone are dropped, rows already held with the same stamp
-are skipped. Writers of one workspace commit in stamp order (the bump's lock), so nothing committed later
-can carry an older stamp; the margin covers clocks of several hosts.
+stamp them (``embedded_at``) from the workspace row, strictly increasing in commit order
+(memories.embedding_service). An index remembers the generation it is current to and the latest stamp it
+has read (its watermark); the request's ``Workspace`` carries the counter, so an index that is current costs
+no query. When the counter moved, one read of the (workspace, embedded_at) index takes the rows stamped
+after the watermark: vectors of ``model`` are added or replaced, rows whose vector is now of another model
+(re-embedded) or gone are dropped. Nothing committed later can carry a stamp at or before the watermark, so
+no row is read twice and none is missed; the whole workspace is read only to build an index.
 
 Two engines, chosen by size (measured in bench/bench_vectorindex.py; figures in docs/vectorindex.md):
 
@@ -40,14 +40,13 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from django.conf import settings
-from django.db.models import Max
 
 from memories.algorithms.vectorindex import ExactEngine, IndexFileError, VectorIndex
 from memories.models import Memory, Workspace
@@ -55,10 +54,7 @@ from memories.selectors import embedding_of
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CATCH_UP_MARGIN", "cached_indexes", "vector_index", "vector_index_clear", "vector_search"]
-
-CATCH_UP_MARGIN = timedelta(seconds=5)
-"""How far behind its watermark a catch-up reads: clock differences between the hosts that write."""
+__all__ = ["cached_indexes", "vector_index", "vector_index_clear", "vector_search"]
 
 DEFAULT_CACHE = 4
 """Indexes kept per process (setting VECTOR_INDEX_CACHE): ~150 MB each at 100k x 384."""
@@ -91,13 +87,13 @@ def _index_dir() -> Path:
 def _build(workspace: Workspace, model: str, dim: int) -> VectorIndex:
     """The index from the database: every vector of `model` in the workspace, read in chunks.
 
-    The watermark starts at the latest stamp of the whole workspace read first: whatever commits after that
-    read carries a later stamp (see the module docstring), and an index of a model with no vector yet does
-    not have to read the workspace's other vectors at its first catch-up.
+    The watermark starts at the workspace's last stamp as the request read it (every vector stamped up to
+    it had committed then, so the read below sees it) and moves up to the latest stamp read; an index of a
+    model with no vector yet then does not read the workspace's other vectors at its first catch-up.
     """
     index = VectorIndex(workspace_id=workspace.pk, created_at=workspace.created_at, model=model, dim=dim)
     index.generation = workspace.vector_generation
-    index.watermark = Memory.objects.filter(workspace_id=workspace.pk).aggregate(top=Max("embedded_at"))["top"]
+    index.watermark = workspace.vector_stamped_at
     rows = (
         Memory.objects.filter(workspace_id=workspace.pk, embedding_model=model, embedding__isnull=False)
         .order_by()
@@ -116,13 +112,12 @@ def _build(workspace: Workspace, model: str, dim: int) -> VectorIndex:
 
 
 def _catch_up(index: VectorIndex, workspace: Workspace) -> int:
-    """Read the rows stamped since the watermark (less the margin) and apply them; returns the changes."""
+    """Read the rows stamped after the watermark and apply them; returns the changes."""
     rows = Memory.objects.filter(workspace_id=workspace.pk)
-    rows = (
-        rows.filter(embedded_at__isnull=False)
-        if index.watermark is None
-        else rows.filter(embedded_at__gte=index.watermark - CATCH_UP_MARGIN)
-    )
+    if index.watermark is None:
+        rows = rows.filter(embedded_at__isnull=False)
+    else:
+        rows = rows.filter(embedded_at__gt=index.watermark)
     changes = index.apply(rows.order_by().values_list("id", "embedded_at", embedding_of(index.model)))
     index.generation = max(index.generation, workspace.vector_generation)
     if isinstance(index.engine, ExactEngine) and len(index) > _exact_max():

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from django.db import transaction
+from django.utils import timezone
 
 from memories import services
 from memories.algorithms.embedding import to_bytes
@@ -35,6 +36,10 @@ TOPICS = [
 def fresh(workspace: Workspace) -> Workspace:
     """The workspace as the next request reads it (with its current vector generation)."""
     return Workspace.objects.get(pk=workspace.pk)
+
+
+def fresh_memory(memory: Memory) -> Memory:
+    return Memory.objects.get(id=memory.id)
 
 
 def query(text: str) -> np.ndarray:
@@ -83,26 +88,21 @@ def test_memories_written_after_the_build_are_caught_up_by_one_read_of_the_new_r
     with django_assert_num_queries(1):
         hits = vector_search(workspace=ws, vector=query(late.content), model=embedder_for(ws).name, limit=1)
     assert hits[0][0] == late.id
-    # The catch-up read the rows stamped since the watermark (within the margin: the 100 of the first
-    # write, at most), not a reload, and the index is the same object, grown by one.
+    # The catch-up read the one new row, not the workspace again, into the same index.
     assert vector_index(workspace=ws, model=embedder_for(ws).name, dim=default_embedder().dim) is index
-    assert len(index) == 101
-    assert index.rows_read <= 100 + 101
+    assert (len(index), index.rows_read) == (101, 101)
 
 
-def test_the_catch_up_reads_only_rows_stamped_since_the_watermark(workspace: Workspace, user: Any) -> None:
-    old = create(workspace, user, TOPICS)
-    # The first write an hour ago, well behind the catch-up margin; the second one now.
-    Memory.objects.filter(id__in=[m.id for m in old]).update(embedded_at=old[0].embedded_at - timedelta(hours=1))
-    create(workspace, user, ["a recent memory"])
+def test_a_vector_written_by_a_host_whose_clock_lags_is_still_caught_up(workspace: Workspace, user: Any) -> None:
+    create(workspace, user, TOPICS)
     search(workspace, "anything")
-    ws = fresh(workspace)
-    index = vector_index(workspace=ws, model=embedder_for(ws).name, dim=default_embedder().dim)
-    assert index.rows_read == 6
-    create(workspace, user, ["one more"])
-    assert search(workspace, "one more", limit=1)[0][1] == pytest.approx(1.0, abs=1e-5)
-    assert index.rows_read - 6 == 2  # the recent one (within the margin) and the new one
-    assert len(index) == 7
+    # Another host's clock ran an hour ahead when it wrote last: stamps keep increasing from its stamp.
+    ahead = timezone.now() + timedelta(hours=1)
+    Workspace.objects.filter(pk=workspace.pk).update(vector_stamped_at=ahead)
+    Memory.objects.filter(workspace=workspace).update(embedded_at=ahead)
+    (late,) = create(workspace, user, ["written by a host with a slow clock"])
+    assert fresh_memory(late).embedded_at == ahead + timedelta(microseconds=1)
+    assert search(workspace, late.content, limit=1)[0][0] == late.id
 
 
 def test_an_edit_that_reembeds_replaces_the_vector(workspace: Workspace, user: Any) -> None:
@@ -167,8 +167,8 @@ def test_a_large_index_is_hnsw_persisted_and_loaded_then_caught_up(
     index = vector_index(workspace=ws, model=embedder_for(ws).name, dim=default_embedder().dim)
     assert isinstance(index.engine, HnswEngine)
     assert len(index) == 101
-    # Loaded from the file: only the rows stamped since its watermark (less the margin) were read.
-    assert index.rows_read <= 101
+    # Loaded from the file: only the row stamped after its watermark was read.
+    assert index.rows_read == 1
     assert path.exists()
 
 
