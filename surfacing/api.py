@@ -91,10 +91,11 @@ class ContextIn(drf.Serializer[Any]):
 
 class ScoreFactorsOut(drf.Serializer[Any]):
     """The terms the scoring profile really used: score = base + anchor + pin (+ freshness in the seed
-    profile), base = relevance x activation x recency x centrality factors."""
+    profile), base = relevance x subject x activation x recency x centrality factors."""
 
     profile = drf.ChoiceField(choices=["calibrated", "seed"])
     relevance = drf.FloatField()
+    subject = drf.FloatField()
     activation = drf.FloatField()
     recency = drf.FloatField()
     centrality = drf.FloatField()
@@ -113,6 +114,7 @@ class ScoreBreakdownOut(drf.Serializer[Any]):
     anchor_forced = drf.BooleanField()
     session_pin_boost = drf.FloatField()
     freshness_boost = drf.FloatField()
+    subject_match = drf.FloatField(help_text="share of the memory's subject the query names")
     factors = ScoreFactorsOut()
 
 

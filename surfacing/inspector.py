@@ -96,7 +96,7 @@ KNOB_BY_KEY = {knob.key: knob for knob in KNOBS}
 
 SEGMENT_LABELS = {
     "base": "relevance (calibrated) or activation × relevance × recency (seed)",
-    "lift": "priors: activation, recency, freshness, centrality (calibrated) or centrality lift (seed)",
+    "lift": "subject and priors: activation, recency, freshness, centrality (calibrated) or centrality lift (seed)",
     "anchor": "anchor",
     "pin": "session pin",
     "fresh": "freshness",
@@ -292,7 +292,8 @@ def _factor_text(breakdown: ScoreBreakdown) -> str:
     factors = breakdown["factors"]
     if factors["profile"] == ScoreProfile.CALIBRATED.value:
         return (
-            f"relevance {factors['relevance']:.3f} × activation {factors['activation']:.3f}"
+            f"relevance {factors['relevance']:.3f} × subject {factors['subject']:.3f}"
+            f" (named {breakdown['subject_match']:.2f}) × activation {factors['activation']:.3f}"
             f" (activation {breakdown['activation']:.3f}) × recency {factors['recency']:.3f}"
             f" (recency {breakdown['recency']:.3g}, freshness {breakdown['freshness_boost']:.3f})"
             f" × centrality {factors['centrality']:.3f} (centrality {breakdown['centrality']:.3f})"

@@ -54,11 +54,13 @@ class CandidateRows:
     """Scoring inputs of active memories, aligned by row; ``position`` maps memory id -> row.
 
     ``activation``: stored score decayed to now; ``age_hours``: hours since updated_at (else
-    created_at); ``chars``: content length; ``embeddings``: (n, dim) float32 when asked for, else None.
+    created_at); ``chars``: content length; ``subject``: what the memory is about (a conversation turn:
+    its speaker); ``embeddings``: (n, dim) float32 when asked for, else None.
     """
 
     ids: list[uuid.UUID]
     memory_type: list[str]
+    subject: list[str]
     activation: FloatArray
     age_hours: FloatArray
     chars: IntArray
@@ -76,6 +78,7 @@ class CandidateRows:
         return CandidateRows(
             ids=[*self.ids, *other.ids],
             memory_type=[*self.memory_type, *other.memory_type],
+            subject=[*self.subject, *other.subject],
             activation=np.concatenate([self.activation, other.activation]),
             age_hours=np.concatenate([self.age_hours, other.age_hours]),
             chars=np.concatenate([self.chars, other.chars]),
@@ -88,6 +91,7 @@ def _empty_rows(dim: int | None) -> CandidateRows:
     return CandidateRows(
         ids=[],
         memory_type=[],
+        subject=[],
         activation=np.empty(0),
         age_hours=np.empty(0),
         chars=np.empty(0, np.int64),
@@ -130,8 +134,8 @@ def candidate_rows(
         since_boost = "EXTRACT(EPOCH FROM (%s - activation_last_boost_at)) / 3600.0"
         age = "EXTRACT(EPOCH FROM (%s - COALESCE(updated_at, created_at))) / 3600.0"
     columns = (
-        f"id, memory_type, activation_score, {since_boost}, activation_half_life_hours, {age}, length(content)"
-        + (", embedding" if embedding_dim is not None else "")
+        f"id, memory_type, activation_score, {since_boost}, activation_half_life_hours, {age}, length(content), "
+        "subject" + (", embedding" if embedding_dim is not None else "")
     )
     # One statement of up to three parts, the same memory possibly in several (the first copy is kept):
     # the requested ids by primary key, the recent set from the (workspace, updated_at) index and the
@@ -180,13 +184,14 @@ def candidate_rows(
     half_life = np.asarray(cols[4], dtype=np.float64)
     ages = np.asarray(cols[5], dtype=np.float64)
     embeddings = (
-        stack_embeddings([bytes(b) if b is not None else None for b in cols[7]], embedding_dim)
+        stack_embeddings([bytes(b) if b is not None else None for b in cols[8]], embedding_dim)
         if embedding_dim is not None
         else None
     )
     return CandidateRows(
         ids=row_ids,
         memory_type=list(cols[1]),
+        subject=[subject or "" for subject in cols[7]],
         activation=decayed_activation_array(stored, since, half_life),
         age_hours=ages,
         chars=np.nan_to_num(np.asarray(cols[6], dtype=np.float64)).astype(np.int64),

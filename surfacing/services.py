@@ -43,6 +43,7 @@ from django.utils import timezone
 
 from memories.algorithms.activation import BOOST_CO_RETRIEVED, BOOST_DIRECT, BOOST_SURFACED
 from memories.algorithms.entities import count_entities
+from memories.algorithms.fts import query_terms
 from memories.embeddings import default_embedder
 from memories.errors import InvalidInput
 from memories.models import AuditEntry, Memory, MemoryType, RetrievalSource, Workspace
@@ -69,7 +70,7 @@ from surfacing.algorithms.graph import (
 )
 from surfacing.algorithms.point_query import MENTION_EDGE_CODES, entity_keys, mention_relevance
 from surfacing.algorithms.ppr import candidate_centrality, ppr_push, top_k
-from surfacing.algorithms.relevance import cosine_to_query, fuse, normalise_bm25
+from surfacing.algorithms.relevance import cosine_to_query, fuse, normalise_bm25, subject_match
 from surfacing.algorithms.router import RouteDecision, Strategy, parse_strategy, route
 from surfacing.algorithms.spreading import SpreadHit, spread
 from surfacing.graphstore import Subgraph, graph_store
@@ -688,8 +689,10 @@ def get_working_context(
         at = cands.at.get(pid)
         if at is not None and cands.kind[at] == "pinned":
             pin_weight[at] = weight
+    subjects = [data.subject[r] for r in data_rows.tolist()]
     scored = score_candidates(
         CandidateSignals(
+            subject_match=subject_match(query_terms(query), subjects),
             activation=activation,
             relevance=np.asarray(cands.relevance, dtype=np.float64),
             age_hours=age_hours,

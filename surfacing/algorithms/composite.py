@@ -6,14 +6,16 @@ Two scoring profiles share every signal:
 ``calibrated`` (the default of new workspaces): relevance decides, the other signals are bounded priors
 that multiply it, so nothing without relevance is lifted and nothing relevant is buried::
 
-    score = relevance * (1 + activation_weight * activation)
+    score = relevance * (1 + subject_weight * subject_match)
+                      * (1 + activation_weight * activation)
                       * (1 + recency_weight * recency + freshness)
                       * (1 + centrality_weight * centrality)
             + anchor_boost * is_anchor + pin_multiplier * pin_weight
 
-Each factor lies in [1, 1 + weight]: a memory nobody used for a year keeps at least ``1 / (1 + w_a)`` of
-the score a warm one gets for the same relevance, so fading shapes the order without hiding what a query
-asked for, and no product underflows.
+``subject_match`` is query evidence beside relevance: the share of a memory's subject (what it is about:
+"dana-editor", a turn's speaker) that the query names. Each factor lies in [1, 1 + weight]: a memory
+nobody used for a year keeps at least ``1 / (1 + w_a)`` of the score a warm one gets for the same
+relevance, so fading shapes the order without hiding what a query asked for, and no product underflows.
 
 ``seed`` (seed 001, exactly; kept as a named profile): router mode
 
@@ -77,8 +79,9 @@ class ScoreProfile(StrEnum):
 class Weights:
     """Tunables of the composite score (a workspace's surfacing settings).
 
-    ``Weights()`` is the seed profile with the seed's values; ``activation_weight`` and ``recency_weight``
-    are read by the calibrated profile only, ``activation_floor`` by the seed profile only.
+    ``Weights()`` is the seed profile with the seed's values; ``activation_weight``, ``recency_weight``
+    and ``subject_weight`` are read by the calibrated profile only, ``activation_floor`` by the seed
+    profile only.
     """
 
     profile: ScoreProfile = ScoreProfile.SEED
@@ -91,6 +94,7 @@ class Weights:
     anchor_boost: float = 1.0
     activation_weight: float = 0.0
     recency_weight: float = 0.0
+    subject_weight: float = 0.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -101,6 +105,7 @@ class Weights:
             "anchor_boost",
             "activation_weight",
             "recency_weight",
+            "subject_weight",
         ):
             value = getattr(self, name)
             if not np.isfinite(value) or value < 0.0:
@@ -113,13 +118,14 @@ class Weights:
 
 class ScoreFactors(TypedDict):
     """The terms that really made one composite: ``score = base + anchor + pin (+ freshness, seed
-    profile)``, ``base = relevance * activation * recency * centrality`` (the factors as multiplied:
-    the floored activation and the bare recency in the seed profile, the bounded ``1 + w * signal`` priors
-    in the calibrated one). ``log_base`` is ``ln(base)`` when the base is too small to read (seed profile,
-    old memories), else None."""
+    profile)``, ``base = relevance * subject * activation * recency * centrality`` (the factors as
+    multiplied: the floored activation and the bare recency in the seed profile, which has no subject
+    factor (1), the bounded ``1 + w * signal`` factors in the calibrated one). ``log_base`` is
+    ``ln(base)`` when the base is too small to read (seed profile, old memories), else None."""
 
     profile: str
     relevance: float
+    subject: float
     activation: float
     recency: float
     centrality: float
@@ -141,6 +147,7 @@ class ScoreBreakdown(TypedDict):
     anchor_forced: bool
     session_pin_boost: float
     freshness_boost: float
+    subject_match: float
     factors: ScoreFactors
 
 
@@ -213,16 +220,19 @@ def calibrated_score(
     recency: npt.ArrayLike,
     centrality: npt.ArrayLike,
     freshness: npt.ArrayLike,
+    subject_match: npt.ArrayLike,
     weights: Weights,
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """Calibrated base score and its three prior factors ``(base, f_activation, f_recency, f_centrality)``:
-    ``base = relevance * f_activation * f_recency * f_centrality`` with
-    ``f_activation = 1 + activation_weight * activation``, ``f_recency = 1 + recency_weight * recency +
-    freshness`` and ``f_centrality = 1 + centrality_weight * centrality``. Inputs in [0, 1]."""
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Calibrated base score and its factors ``(base, f_subject, f_activation, f_recency, f_centrality)``:
+    ``base = relevance * f_subject * f_activation * f_recency * f_centrality`` with
+    ``f_subject = 1 + subject_weight * subject_match``, ``f_activation = 1 + activation_weight *
+    activation``, ``f_recency = 1 + recency_weight * recency + freshness`` and ``f_centrality = 1 +
+    centrality_weight * centrality``. Inputs in [0, 1]."""
+    f_sub = 1.0 + weights.subject_weight * _f64(subject_match)
     f_act = 1.0 + weights.activation_weight * _f64(activation)
     f_rec = 1.0 + weights.recency_weight * _f64(recency) + _f64(freshness)
     f_cen = 1.0 + weights.centrality_weight * _f64(centrality)
-    return _f64(relevance) * f_act * f_rec * f_cen, f_act, f_rec, f_cen
+    return _f64(relevance) * f_sub * f_act * f_rec * f_cen, f_sub, f_act, f_rec, f_cen
 
 
 def rank(
@@ -250,7 +260,8 @@ class CandidateSignals:
     ``activation``: decayed activation in [0, 1]; ``relevance``: fused query relevance in [0, 1];
     ``age_hours``: hours since updated/created (NaN unknown); ``centrality``: normalised PPR in [0, 1]
     (zeros unless deep:multi-hop); ``is_anchor``; ``is_pinned``; ``pin_weight``: the session pin weight
-    (ignored where not pinned).
+    (ignored where not pinned); ``subject_match``: share of the memory's subject the query names, in
+    [0, 1] (None: no subject evidence).
     """
 
     activation: FloatArray
@@ -260,9 +271,12 @@ class CandidateSignals:
     is_anchor: BoolArray
     is_pinned: BoolArray
     pin_weight: FloatArray
+    subject_match: FloatArray | None = None
 
     def __post_init__(self) -> None:
-        shapes = {name: np.shape(getattr(self, name)) for name in self.__dataclass_fields__}
+        shapes = {
+            name: np.shape(getattr(self, name)) for name in self.__dataclass_fields__ if getattr(self, name) is not None
+        }
         if len(set(shapes.values())) != 1:
             raise ValueError(f"candidate arrays must align: {shapes}")
 
@@ -282,6 +296,8 @@ class ScoredCandidates:
     freshness_boost: FloatArray
     mandatory: BoolArray
     profile: ScoreProfile
+    subject_match: FloatArray
+    f_subject: FloatArray
     f_activation: FloatArray
     f_recency: FloatArray
     f_centrality: FloatArray
@@ -308,9 +324,11 @@ class ScoredCandidates:
             anchor_forced=bool(self.anchor_forced[row]),
             session_pin_boost=float(self.session_pin_boost[row]),
             freshness_boost=float(self.freshness_boost[row]),
+            subject_match=float(self.subject_match[row]),
             factors=ScoreFactors(
                 profile=self.profile.value,
                 relevance=float(self.relevance[row]),
+                subject=float(self.f_subject[row]),
                 activation=float(self.f_activation[row]),
                 recency=float(self.f_recency[row]),
                 centrality=float(self.f_centrality[row]),
@@ -345,12 +363,14 @@ def score_candidates(
     pins = np.where(pinned, pin_boost(np.nan_to_num(_f64(signals.pin_weight), nan=0.0), w.pin_multiplier), 0.0)
     fresh = freshness(signals.age_hours, w.freshness_window_hours, w.freshness_max) if router else zeros
     anchor_add = np.where(anchor, w.anchor_boost, 0.0) if router else zeros
+    subject = zeros if signals.subject_match is None else np.clip(np.nan_to_num(_f64(signals.subject_match)), 0, 1)
     if w.profile is ScoreProfile.CALIBRATED:
-        base, f_act, f_rec, f_cen = calibrated_score(activation, relevance, rec, centrality, fresh, w)
+        base, f_sub, f_act, f_rec, f_cen = calibrated_score(activation, relevance, rec, centrality, fresh, subject, w)
         composite = base + anchor_add + pins
         with np.errstate(divide="ignore"):
             log_base = np.log(np.maximum(base, _TINY))
     else:
+        f_sub = np.ones_like(activation)
         f_act = np.maximum(activation, w.activation_floor)
         f_cen = 1.0 + w.centrality_weight * centrality
         f_rec = rec
@@ -369,6 +389,8 @@ def score_candidates(
         freshness_boost=fresh,
         mandatory=anchor | pinned,
         profile=w.profile,
+        subject_match=subject,
+        f_subject=f_sub,
         f_activation=f_act,
         f_recency=f_rec,
         f_centrality=f_cen,

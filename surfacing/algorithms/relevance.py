@@ -6,8 +6,13 @@ float64 arrays of the same length.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Sequence
+
 import numpy as np
 import numpy.typing as npt
+
+from memories.algorithms.fts import STOP_WORDS
 
 __all__ = [
     "DEFAULT_LEXICAL_WEIGHT",
@@ -15,6 +20,7 @@ __all__ = [
     "fts5_bm25_relevance",
     "fuse",
     "normalise_bm25",
+    "subject_match",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -81,3 +87,28 @@ def cosine_to_query(matrix: npt.ArrayLike, query_vec: npt.ArrayLike) -> FloatArr
     cos = np.where(row_norms > 0.0, dots / safe, 0.0)
     result: FloatArray = np.clip(np.nan_to_num(cos, nan=0.0), -1.0, 1.0)
     return result
+
+
+_SUBJECT_PART = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def subject_match(query_terms: Iterable[str], subjects: Sequence[str]) -> FloatArray:
+    """How much of each memory's subject the query names: the share of the subject's words (lower-cased,
+    stop words aside) among ``query_terms``, in [0, 1].
+
+    A subject is what a memory is about ("dana-editor", "api-auth", a conversation turn's speaker), so a
+    query naming it ("which editor does Dana use?") asks about that memory more than about one that only
+    shares a word with it. Subjects are few and repeat: each distinct one is split once.
+    """
+    terms = {t.lower() for t in query_terms}
+    scores: dict[str, float] = {}
+    out = np.zeros(len(subjects))
+    for i, subject in enumerate(subjects):
+        if not subject:
+            continue
+        score = scores.get(subject)
+        if score is None:
+            parts = {p for p in _SUBJECT_PART.findall(subject.lower()) if p not in STOP_WORDS}
+            score = scores[subject] = len(parts & terms) / len(parts) if parts else 0.0
+        out[i] = score
+    return out

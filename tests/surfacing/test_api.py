@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.api, pytest.mark.usefixtures("s
 Make = Callable[..., Memory]
 BREAKDOWN_KEYS = {
     "factors",
+    "subject_match",
     "activation",
     "relevance",
     "recency",

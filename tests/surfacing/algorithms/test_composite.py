@@ -121,11 +121,13 @@ def test_score_breakdown_has_exactly_the_api_fields() -> None:
         "anchor_forced",
         "session_pin_boost",
         "freshness_boost",
+        "subject_match",
         "factors",
     ]
     assert list(get_type_hints(ScoreFactors)) == [
         "profile",
         "relevance",
+        "subject",
         "activation",
         "recency",
         "centrality",
@@ -171,10 +173,12 @@ def test_router_mode_scores_every_component_and_forces_anchors_and_pins() -> Non
         anchor_forced=True,
         session_pin_boost=0.0,
         freshness_boost=0.0,
+        subject_match=0.0,
     )
     assert breakdown["factors"] == ScoreFactors(
         profile="seed",
         relevance=1.0,
+        subject=1.0,
         activation=0.3,
         recency=1.0,
         centrality=1.25,

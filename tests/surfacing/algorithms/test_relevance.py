@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from surfacing.algorithms.relevance import cosine_to_query, fts5_bm25_relevance, fuse, normalise_bm25
+from surfacing.algorithms.relevance import cosine_to_query, fts5_bm25_relevance, fuse, normalise_bm25, subject_match
 
 
 def test_bm25_best_candidate_gets_one_and_others_scale_linearly() -> None:
@@ -89,3 +89,11 @@ def test_cosine_matches_a_reference_computation_on_random_embeddings() -> None:
     q = rng.normal(size=64)
     expected = m.astype(np.float64) @ (q / np.linalg.norm(q))
     np.testing.assert_allclose(cosine_to_query(m, q), expected, atol=1e-5)
+
+
+def test_subject_match_is_the_share_of_the_subject_the_query_names() -> None:
+    terms = ["editor", "dana", "use"]
+    subjects = ["dana-editor", "Dana", "lee-meetings", "", "the-dana-team", "api_auth"]
+    np.testing.assert_allclose(subject_match(terms, subjects), [1.0, 1.0, 0.0, 0.0, 0.5, 0.0])
+    assert subject_match(["auth"], ["api_auth"]).tolist() == [0.5]
+    assert subject_match([], ["dana"]).tolist() == [0.0]
