@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 
 .PHONY: run test install migrate demo serve lint typecheck importlint bench bench-ingest bench-surfacing \
-	bench-evolution bench-pages services-start services-stop clean
+	bench-evolution bench-pages bench-vectors services-start services-stop clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,7 +52,7 @@ services-start:
 services-stop:
 	scripts/services.sh stop
 
-bench: bench-ingest bench-surfacing bench-evolution bench-pages
+bench: bench-ingest bench-surfacing bench-evolution bench-pages bench-vectors
 
 bench-ingest: install
 	$(PY) bench/bench_ingest.py
@@ -62,6 +62,9 @@ bench-surfacing: install
 
 bench-evolution: install
 	$(PY) bench/bench_evolution.py
+
+bench-vectors: install
+	$(PY) bench/bench_vectorindex.py
 
 bench-pages: install
 	$(PY) bench/bench_pages.py

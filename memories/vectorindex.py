@@ -48,13 +48,13 @@ import numpy as np
 import numpy.typing as npt
 from django.conf import settings
 
-from memories.algorithms.vectorindex import ExactEngine, IndexFileError, VectorIndex
+from memories.algorithms.vectorindex import IndexFileError, VectorIndex, write_index_file
 from memories.models import Memory, Workspace
 from memories.selectors import embedding_of
 
 log = logging.getLogger(__name__)
 
-__all__ = ["cached_indexes", "vector_index", "vector_index_clear", "vector_search"]
+__all__ = ["cached_indexes", "vector_index", "vector_index_clear", "vector_index_settle", "vector_search"]
 
 DEFAULT_CACHE = 4
 """Indexes kept per process (setting VECTOR_INDEX_CACHE): ~150 MB each at 100k x 384."""
@@ -66,6 +66,8 @@ DEFAULT_EXACT_MAX = 20_000
 # least SAVE_MIN): a restarted process then reads only the vectors stamped after the file.
 SAVE_SHARE = 0.05
 SAVE_MIN = 1000
+MERGE_CHUNK = 64
+"""Vectors merged into a graph per hold of its lock: ~10-15 ms of inserts, what a search may wait."""
 _READ_CHUNK = 4096
 
 
@@ -120,7 +122,7 @@ def _catch_up(index: VectorIndex, workspace: Workspace) -> int:
         rows = rows.filter(embedded_at__gt=index.watermark)
     changes = index.apply(rows.order_by().values_list("id", "embedded_at", embedding_of(index.model)))
     index.generation = max(index.generation, workspace.vector_generation)
-    if isinstance(index.engine, ExactEngine) and len(index) > _exact_max():
+    if not index.is_hnsw and len(index) > _exact_max():
         index.switch_to_hnsw()
     return changes
 
@@ -131,7 +133,7 @@ def _file_path(workspace_id: int, model: str, dim: int) -> Path:
 
 
 def _load_or_build(workspace: Workspace, model: str, dim: int) -> VectorIndex:
-    """The persisted index caught up, else a fresh build (persisted when it is an HNSW one)."""
+    """The persisted index caught up, else a fresh build (a graph one is written once merged)."""
     path = _file_path(workspace.pk, model, dim)
     started = time.perf_counter()
     if path.exists():
@@ -152,7 +154,6 @@ def _load_or_build(workspace: Workspace, model: str, dim: int) -> VectorIndex:
                 changes,
                 time.perf_counter() - started,
             )
-            _save_if_due(index, path)
             return index
     index = _build(workspace, model, dim)
     log.info(
@@ -160,33 +161,23 @@ def _load_or_build(workspace: Workspace, model: str, dim: int) -> VectorIndex:
         workspace.pk,
         model,
         len(index),
-        "hnsw" if index.is_hnsw else "exact",
+        "hnsw, merging in the background" if index.is_hnsw else "exact",
         time.perf_counter() - started,
     )
-    if index.is_hnsw:
-        _save(index, path)
     return index
 
 
-def _save(index: VectorIndex, path: Path) -> None:
-    started = time.perf_counter()
-    try:
-        index.to_file(path)
-    except OSError as exc:
-        # The database is the source of truth: an unwritable directory costs a rebuild per process, no data.
-        log.warning("vector index file %s not written: %s", path, exc)
-        return
-    log.info("vector index file %s written: %d vectors in %.3f s", path, len(index), time.perf_counter() - started)
-
-
-def _save_if_due(index: VectorIndex, path: Path) -> None:
-    if index.is_hnsw and index.unsaved >= max(SAVE_MIN, int(SAVE_SHARE * len(index))):
-        _save(index, path)
+def _save_due(index: VectorIndex) -> bool:
+    """A graph with nothing pending is written when it has no file yet or enough changed since."""
+    if not index.is_hnsw or index.pending:
+        return False
+    return not index.persisted or index.unsaved >= max(SAVE_MIN, int(SAVE_SHARE * len(index)))
 
 
 @dataclass
 class _Slot:
-    """One cache entry: ``index`` is None until built; ``lock`` guards building, catching up and searching."""
+    """One cache entry: ``index`` is None until built; ``lock`` guards building, catching up, searching
+    and merging (one chunk per hold)."""
 
     index: VectorIndex | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -215,6 +206,10 @@ class _Cache:
                     del self._slots[k]
             return slot
 
+    def holds(self, key: _Key, slot: _Slot) -> bool:
+        with self._lock:
+            return self._slots.get(key) is slot
+
     def keys(self) -> list[_Key]:
         with self._lock:
             return list(self._slots)
@@ -227,9 +222,102 @@ class _Cache:
 _cache = _Cache()
 
 
+class _Merger:
+    """One daemon thread per process that moves pending vectors into their graphs, MERGE_CHUNK per hold of
+    the index's lock (searches of that workspace wait at most one chunk), and writes an index's file once
+    nothing is pending and enough changed since the last one: the graph is serialised under the lock, the
+    file written after it is released. Nothing is lost if the process stops: the file is a cache, and an
+    index is rebuilt or caught up from the database."""
+
+    def __init__(self) -> None:
+        self._queue: OrderedDict[_Key, _Slot] = OrderedDict()
+        self._cond = threading.Condition()
+        self._busy = False
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, key: _Key, slot: _Slot) -> None:
+        with self._cond:
+            self._queue[key] = slot
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="vector-index-merger", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def forget(self) -> None:
+        with self._cond:
+            self._queue.clear()
+
+    def settle(self, timeout: float) -> bool:
+        """Wait until nothing is queued or being merged; False when `timeout` seconds passed first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._busy = False
+                    self._cond.notify_all()
+                    self._cond.wait()
+                key, slot = self._queue.popitem(last=False)
+                self._busy = True
+            try:
+                self._drain(key, slot)
+            except Exception:
+                # The vectors stay pending (merge drops them only once inserted) and searchable; the next
+                # write of the workspace schedules the index again.
+                log.exception("merging the vector index of workspace %s (%s) failed", key[0], key[1])
+
+    def _drain(self, key: _Key, slot: _Slot) -> None:
+        started = time.perf_counter()
+        merged = 0
+        while _cache.holds(key, slot):
+            with slot.lock:
+                index = slot.index
+                if index is None:
+                    return
+                merged += index.merge(MERGE_CHUNK)
+                if index.pending:
+                    continue
+                arrays = index.file_arrays() if _save_due(index) else None
+                if arrays is not None:
+                    index.persisted, index.unsaved = True, 0
+                size = len(index)
+            log.info(
+                "vector index of workspace %s (%s): %d vectors merged into the graph in %.2f s",
+                key[0],
+                key[1],
+                merged,
+                time.perf_counter() - started,
+            )
+            if arrays is not None:
+                _write(_file_path(*key), arrays, size)
+            return
+
+
+def _write(path: Path, arrays: dict[str, npt.NDArray[Any]], size: int) -> None:
+    started = time.perf_counter()
+    try:
+        write_index_file(path, arrays)
+    except OSError as exc:
+        # The database is the source of truth: an unwritable directory costs a rebuild per process, no data.
+        log.warning("vector index file %s not written: %s", path, exc)
+        return
+    log.info("vector index file %s written: %d vectors in %.3f s", path, size, time.perf_counter() - started)
+
+
+_merger = _Merger()
+
+
 def vector_index_clear() -> None:
     """Forget every cached index of this process (tests, benchmarks); files stay."""
+    _merger.forget()
     _cache.clear()
+
+
+def vector_index_settle(timeout: float = 600.0) -> bool:
+    """Wait for the background merges of this process (tests, benchmarks); False on timeout."""
+    return _merger.settle(timeout)
 
 
 def cached_indexes() -> list[tuple[int, str, int]]:
@@ -242,12 +330,14 @@ def vector_index(*, workspace: Workspace, model: str, dim: int) -> VectorIndex:
 
     For inspection (tests, the benchmark); searches go through ``vector_search``, which holds the lock.
     """
-    slot = _cache.slot((workspace.pk, model, dim))
+    key = (workspace.pk, model, dim)
+    slot = _cache.slot(key)
     with slot.lock:
-        return _current(slot, workspace, model, dim)
+        return _current(key, slot, workspace)
 
 
-def _current(slot: _Slot, workspace: Workspace, model: str, dim: int) -> VectorIndex:
+def _current(key: _Key, slot: _Slot, workspace: Workspace) -> VectorIndex:
+    _, model, dim = key
     index = slot.index
     if index is not None and index.created_at != workspace.created_at:
         # A workspace recreated under the id of a deleted one.
@@ -265,7 +355,8 @@ def _current(slot: _Slot, workspace: Workspace, model: str, dim: int) -> VectorI
             changes,
             time.perf_counter() - started,
         )
-        _save_if_due(index, _file_path(workspace.pk, model, dim))
+    if index.pending:
+        _merger.schedule(key, slot)
     return index
 
 
@@ -276,6 +367,7 @@ def vector_search(
     best first, as (memory id, cosine). Memories may have been archived or deleted since they were indexed:
     callers filter. A zero query vector finds nothing."""
     query = np.asarray(vector, dtype=np.float32).reshape(-1)
-    slot = _cache.slot((workspace.pk, model, int(query.shape[0])))
+    key = (workspace.pk, model, int(query.shape[0]))
+    slot = _cache.slot(key)
     with slot.lock:
-        return _current(slot, workspace, model, int(query.shape[0])).search(query, limit)
+        return _current(key, slot, workspace).search(query, limit)

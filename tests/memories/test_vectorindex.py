@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from memories import services
@@ -20,7 +21,13 @@ from memories.embedding_service import vectors_touch
 from memories.embeddings import default_embedder, embedder_for
 from memories.inputs import MemoryInput
 from memories.models import Memory, Workspace
-from memories.vectorindex import cached_indexes, vector_index, vector_index_clear, vector_search
+from memories.vectorindex import (
+    cached_indexes,
+    vector_index,
+    vector_index_clear,
+    vector_index_settle,
+    vector_search,
+)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
@@ -158,15 +165,18 @@ def test_a_large_index_is_hnsw_persisted_and_loaded_then_caught_up(
     settings.VECTOR_INDEX_EXACT_MAX = 50
     settings.VECTOR_INDEX_DIR = tmp_path
     memories = create(workspace, user, [f"{t} number {k}" for k in range(20) for t in TOPICS])
+    # Found at once, while the graph is still being merged in the background.
     assert search(workspace, memories[7].content, limit=1)[0][0] == memories[7].id
+    assert vector_index_settle(60)
     (path,) = tmp_path.iterdir()
     vector_index_clear()  # as a new process would start
     (late,) = create(workspace, user, ["a brand new memory about sailing boats"])
     assert search(workspace, late.content, limit=1)[0][0] == late.id
     ws = fresh(workspace)
     index = vector_index(workspace=ws, model=embedder_for(ws).name, dim=default_embedder().dim)
-    assert isinstance(index.engine, HnswEngine)
-    assert len(index) == 101
+    assert isinstance(index.graph, HnswEngine)
+    assert (len(index.graph), index.pending) == (100, 1)  # the new one waits for its merge
+    assert vector_index_settle(60) and index.pending == 0
     # Loaded from the file: only the row stamped after its watermark was read.
     assert index.rows_read == 1
     assert path.exists()
@@ -179,10 +189,43 @@ def test_a_corrupt_index_file_is_rebuilt_from_the_database_with_a_log_line(
     settings.VECTOR_INDEX_DIR = tmp_path
     memories = create(workspace, user, [f"{t} {k}" for k in range(4) for t in TOPICS])
     search(workspace, "x")
+    assert vector_index_settle(60)
     (path,) = tmp_path.iterdir()
     path.write_bytes(b"not an index")
     vector_index_clear()
     with caplog.at_level(logging.WARNING, logger="memories.vectorindex"):
         assert search(workspace, memories[3].content, limit=1)[0][0] == memories[3].id
     assert "rebuilt from the database" in caplog.text
+    assert vector_index_settle(60)
     assert path.read_bytes() != b"not an index"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_threads_racing_for_a_cold_index_build_it_once_and_get_the_same_answer(
+    workspace: Workspace, user: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    memories = create(workspace, user, [f"{t} {k}" for k in range(10) for t in TOPICS])
+    ws = fresh(workspace)
+    vector = query(memories[12].content)
+    results: list[list[tuple[Any, float]]] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for _ in range(5):
+                results.append(vector_search(workspace=ws, vector=vector, model=embedder_for(ws).name, limit=5))
+        except BaseException as exc:  # reported by the assertion below, with the thread's error
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    with caplog.at_level(logging.INFO, logger="memories.vectorindex"):
+        threads = [threading.Thread(target=run) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert len(results) == 20 and all(r == results[0] for r in results)
+    assert results[0][0][0] == memories[12].id
+    assert caplog.text.count("built:") == 1

@@ -1,4 +1,4 @@
-"""The in-memory vector index without a database: exact and HNSW engines, replacements, files."""
+"""The in-memory vector index without a database: flat and graph modes, the merge buffer, replacements, files."""
 
 from __future__ import annotations
 
@@ -26,6 +26,14 @@ def index_of(vectors: np.ndarray, *, dim: int | None = None) -> tuple[VectorInde
     index = VectorIndex(workspace_id=1, created_at=CREATED, model="m", dim=dim or vectors.shape[1])
     index.apply((i, T0 + timedelta(seconds=k), to_bytes(v)) for k, (i, v) in enumerate(zip(ids, vectors, strict=True)))
     return index, ids
+
+
+def as_graph(index: VectorIndex) -> VectorIndex:
+    """Graph mode with every vector merged."""
+    index.switch_to_hnsw()
+    while index.merge(500):
+        pass
+    return index
 
 
 def brute_force(vectors: np.ndarray, query: np.ndarray, k: int) -> list[int]:
@@ -93,9 +101,9 @@ def test_hnsw_finds_what_exact_search_finds_on_clustered_vectors() -> None:
     vectors = centres[rng.integers(0, 20, 2000)] + 0.3 * rng.standard_normal((2000, 32)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     index, ids = index_of(vectors)
-    index.switch_to_hnsw()
-    assert isinstance(index.engine, HnswEngine)
-    assert len(index) == 2000
+    as_graph(index)
+    assert isinstance(index.graph, HnswEngine)
+    assert (len(index.graph), index.pending, len(index)) == (2000, 0, 2000)
     recall = []
     for k in range(20):
         query = vectors[k * 50]
@@ -108,9 +116,9 @@ def test_hnsw_finds_what_exact_search_finds_on_clustered_vectors() -> None:
 def test_hnsw_replaces_and_removes_vectors() -> None:
     vectors = unit_rows(200, 16)
     index, ids = index_of(vectors)
-    index.switch_to_hnsw()
+    as_graph(index)
     index.apply([(ids[0], T0 + timedelta(hours=1), to_bytes(vectors[1])), (ids[5], T0 + timedelta(hours=1), None)])
-    assert len(index) == 199
+    assert (len(index), index.pending) == (199, 1)
     assert {h[0] for h in index.search(vectors[1], 2)} == {ids[0], ids[1]}
     assert ids[5] not in {h[0] for h in index.search(vectors[5], 199)}
 
@@ -118,7 +126,7 @@ def test_hnsw_replaces_and_removes_vectors() -> None:
 def test_a_file_round_trip_keeps_ids_stamps_watermark_and_results(tmp_path: Path) -> None:
     vectors = unit_rows(300, 16)
     index, _ = index_of(vectors)
-    index.switch_to_hnsw()
+    as_graph(index)
     index.generation = 12
     path = tmp_path / "sub" / "ws1.vecindex"
     index.to_file(path)
@@ -147,8 +155,7 @@ def test_a_file_of_another_workspace_model_or_dim_is_refused(
     tmp_path: Path, change: dict[str, object], reason: str
 ) -> None:
     index, _ = index_of(unit_rows(10, 16))
-    index.switch_to_hnsw()
-    index.to_file(tmp_path / "f")
+    as_graph(index).to_file(tmp_path / "f")
     wanted: dict[str, object] = {"workspace_id": 1, "created_at": CREATED, "model": "m", "dim": 16, **change}
     with pytest.raises(IndexFileError, match=reason):
         VectorIndex.from_file(tmp_path / "f", **wanted)  # type: ignore[arg-type]
@@ -156,9 +163,52 @@ def test_a_file_of_another_workspace_model_or_dim_is_refused(
 
 def test_a_truncated_file_is_refused(tmp_path: Path) -> None:
     index, _ = index_of(unit_rows(50, 16))
-    index.switch_to_hnsw()
-    index.to_file(tmp_path / "f")
+    as_graph(index).to_file(tmp_path / "f")
     data = (tmp_path / "f").read_bytes()
     (tmp_path / "f").write_bytes(data[: len(data) // 2])
     with pytest.raises(IndexFileError):
         VectorIndex.from_file(tmp_path / "f", workspace_id=1, created_at=CREATED, model="m", dim=16)
+
+
+def test_pending_vectors_are_searched_exactly_until_merged_and_merging_keeps_the_answers() -> None:
+    rng = np.random.default_rng(8)
+    centres = rng.standard_normal((10, 32)).astype(np.float32)
+    vectors = centres[rng.integers(0, 10, 600)] + 0.3 * rng.standard_normal((600, 32)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index, ids = index_of(vectors)
+    flat_answer = [h[0] for h in index.search(vectors[3], 5)]
+    assert flat_answer[0] == ids[3]
+    index.switch_to_hnsw()
+    assert (index.is_hnsw, index.pending, len(index)) == (True, 600, 600)
+    assert [h[0] for h in index.search(vectors[3], 5)] == flat_answer
+    assert index.merge(250) == 250
+    assert index.pending == 350
+    assert [h[0] for h in index.search(vectors[3], 5)] == flat_answer
+    as_graph(index)
+    assert index.pending == 0
+    assert [h[0] for h in index.search(vectors[3], 5)] == flat_answer
+
+
+def test_a_failed_graph_insert_leaves_the_vectors_pending(monkeypatch: pytest.MonkeyPatch) -> None:
+    index, ids = index_of(unit_rows(30, 8))
+    index.switch_to_hnsw()
+    assert index.graph is not None
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("insert failed")
+
+    monkeypatch.setattr(index.graph, "add", broken)
+    with pytest.raises(RuntimeError):
+        index.merge(10)
+    assert index.pending == 30
+    assert sorted(h[0] for h in index.search(unit_rows(1, 8, seed=4)[0], 30)) == sorted(ids)
+
+
+def test_only_a_graph_with_nothing_pending_is_written(tmp_path: Path) -> None:
+    index, _ = index_of(unit_rows(30, 8))
+    with pytest.raises(ValueError, match="nothing pending"):
+        index.to_file(tmp_path / "exact")
+    index.switch_to_hnsw()
+    with pytest.raises(ValueError, match="nothing pending"):
+        index.to_file(tmp_path / "pending")
+    assert list(tmp_path.iterdir()) == []
