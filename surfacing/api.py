@@ -91,11 +91,12 @@ class ContextIn(drf.Serializer[Any]):
 
 class ScoreFactorsOut(drf.Serializer[Any]):
     """The terms the scoring profile really used: score = base + anchor + pin (+ freshness in the seed
-    profile), base = relevance x subject x activation x recency x centrality factors."""
+    profile), base = relevance x subject x time x activation x recency x centrality factors."""
 
     profile = drf.ChoiceField(choices=["calibrated", "seed"])
     relevance = drf.FloatField()
     subject = drf.FloatField()
+    time = drf.FloatField()
     activation = drf.FloatField()
     recency = drf.FloatField()
     centrality = drf.FloatField()
@@ -115,6 +116,7 @@ class ScoreBreakdownOut(drf.Serializer[Any]):
     session_pin_boost = drf.FloatField()
     freshness_boost = drf.FloatField()
     subject_match = drf.FloatField(help_text="share of the memory's subject the query names")
+    time_cue = drf.FloatField(help_text="1 when the query asks when and the memory says when")
     factors = ScoreFactorsOut()
 
 

@@ -293,7 +293,8 @@ def _factor_text(breakdown: ScoreBreakdown) -> str:
     if factors["profile"] == ScoreProfile.CALIBRATED.value:
         return (
             f"relevance {factors['relevance']:.3f} × subject {factors['subject']:.3f}"
-            f" (named {breakdown['subject_match']:.2f}) × activation {factors['activation']:.3f}"
+            f" (named {breakdown['subject_match']:.2f}) × time {factors['time']:.3f}"
+            f" × activation {factors['activation']:.3f}"
             f" (activation {breakdown['activation']:.3f}) × recency {factors['recency']:.3f}"
             f" (recency {breakdown['recency']:.3g}, freshness {breakdown['freshness_boost']:.3f})"
             f" × centrality {factors['centrality']:.3f} (centrality {breakdown['centrality']:.3f})"

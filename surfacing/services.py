@@ -73,6 +73,7 @@ from surfacing.algorithms.ppr import candidate_centrality, ppr_push, top_k
 from surfacing.algorithms.relevance import cosine_to_query, fuse, normalise_bm25, subject_match
 from surfacing.algorithms.router import RouteDecision, Strategy, parse_strategy, route
 from surfacing.algorithms.spreading import SpreadHit, spread
+from surfacing.algorithms.temporal import asks_when, says_when
 from surfacing.graphstore import Subgraph, graph_store
 from surfacing.pins import Pin, pin_store
 from surfacing.settings import (
@@ -690,9 +691,16 @@ def get_working_context(
         if at is not None and cands.kind[at] == "pinned":
             pin_weight[at] = weight
     subjects = [data.subject[r] for r in data_rows.tolist()]
+    time_cue = None
+    weights = cfg.weights()
+    if weights.profile is ScoreProfile.CALIBRATED and weights.time_weight > 0.0 and asks_when(query):
+        texts = selectors.memory_texts(workspace=workspace, ids=cands.ids)
+        time_cue = says_when([texts.get(mid, "") for mid in cands.ids]).astype(np.float64)
+        reasons.append(f"time_cue:{int(time_cue.sum())}_say_when")
     scored = score_candidates(
         CandidateSignals(
             subject_match=subject_match(query_terms(query), subjects),
+            time_cue=time_cue,
             activation=activation,
             relevance=np.asarray(cands.relevance, dtype=np.float64),
             age_hours=age_hours,
@@ -702,7 +710,7 @@ def get_working_context(
             pin_weight=pin_weight,
         ),
         mode=surfacing_mode,
-        weights=cfg.weights(),
+        weights=weights,
     )
     order = scored.order()
     tokens = estimate_tokens_array(chars)

@@ -42,7 +42,8 @@ class SurfacingSettings:
     - ``score_profile``: "calibrated" (relevance times bounded priors, see
       ``surfacing.algorithms.composite``) or "seed" (seed 001's formula). Choosing a profile also chooses
       its values of the composite knobs below (``PROFILE_VALUES``) unless they are set explicitly.
-    - composite: ``subject_weight``, ``activation_weight`` and ``recency_weight`` (calibrated),
+    - composite: ``subject_weight``, ``time_weight`` (a "when" question and a memory that says when),
+      ``activation_weight`` and ``recency_weight`` (calibrated),
       ``activation_floor`` (seed),
       ``centrality_weight``, ``pin_multiplier``, ``freshness_max``, ``freshness_window_hours``,
       ``recency_time_constant_hours``, ``anchor_boost``.
@@ -69,6 +70,7 @@ class SurfacingSettings:
     activation_weight: float = 0.1
     recency_weight: float = 0.1
     subject_weight: float = 0.5
+    time_weight: float = 0.3
     activation_floor: float = 0.05
     centrality_weight: float = 0.2
     pin_multiplier: float = 0.3
@@ -107,6 +109,7 @@ class SurfacingSettings:
             activation_weight=self.activation_weight,
             recency_weight=self.recency_weight,
             subject_weight=self.subject_weight,
+            time_weight=self.time_weight,
             activation_floor=self.activation_floor,
             centrality_weight=self.centrality_weight,
             pin_multiplier=self.pin_multiplier,
@@ -159,6 +162,7 @@ _RANGES: dict[str, tuple[type, float, float, bool]] = {
     "activation_weight": (float, 0.0, 10.0, True),
     "recency_weight": (float, 0.0, 10.0, True),
     "subject_weight": (float, 0.0, 10.0, True),
+    "time_weight": (float, 0.0, 10.0, True),
     "context_seeds": (int, 0, 200, True),
     "context_hops": (int, 0, 5, True),
     "context_damping": (float, 0.0, 1.0, True),

@@ -6,14 +6,15 @@ Two scoring profiles share every signal:
 ``calibrated`` (the default of new workspaces): relevance decides, the other signals are bounded priors
 that multiply it, so nothing without relevance is lifted and nothing relevant is buried::
 
-    score = relevance * (1 + subject_weight * subject_match)
+    score = relevance * (1 + subject_weight * subject_match) * (1 + time_weight * time_cue)
                       * (1 + activation_weight * activation)
                       * (1 + recency_weight * recency + freshness)
                       * (1 + centrality_weight * centrality)
             + anchor_boost * is_anchor + pin_multiplier * pin_weight
 
 ``subject_match`` is query evidence beside relevance: the share of a memory's subject (what it is about:
-"dana-editor", a turn's speaker) that the query names. Each factor lies in [1, 1 + weight]: a memory
+"dana-editor", a turn's speaker) that the query names; ``time_cue`` is 1 for a memory that says when
+(a time expression) when the query asks when. Each factor lies in [1, 1 + weight]: a memory
 nobody used for a year keeps at least ``1 / (1 + w_a)`` of the score a warm one gets for the same
 relevance, so fading shapes the order without hiding what a query asked for, and no product underflows.
 
@@ -79,9 +80,9 @@ class ScoreProfile(StrEnum):
 class Weights:
     """Tunables of the composite score (a workspace's surfacing settings).
 
-    ``Weights()`` is the seed profile with the seed's values; ``activation_weight``, ``recency_weight``
-    and ``subject_weight`` are read by the calibrated profile only, ``activation_floor`` by the seed
-    profile only.
+    ``Weights()`` is the seed profile with the seed's values; ``activation_weight``, ``recency_weight``,
+    ``subject_weight`` and ``time_weight`` are read by the calibrated profile only, ``activation_floor``
+    by the seed profile only.
     """
 
     profile: ScoreProfile = ScoreProfile.SEED
@@ -95,6 +96,7 @@ class Weights:
     activation_weight: float = 0.0
     recency_weight: float = 0.0
     subject_weight: float = 0.0
+    time_weight: float = 0.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -106,6 +108,7 @@ class Weights:
             "activation_weight",
             "recency_weight",
             "subject_weight",
+            "time_weight",
         ):
             value = getattr(self, name)
             if not np.isfinite(value) or value < 0.0:
@@ -118,14 +121,15 @@ class Weights:
 
 class ScoreFactors(TypedDict):
     """The terms that really made one composite: ``score = base + anchor + pin (+ freshness, seed
-    profile)``, ``base = relevance * subject * activation * recency * centrality`` (the factors as
-    multiplied: the floored activation and the bare recency in the seed profile, which has no subject
-    factor (1), the bounded ``1 + w * signal`` factors in the calibrated one). ``log_base`` is
+    profile)``, ``base = relevance * subject * time * activation * recency * centrality`` (the factors as
+    multiplied: the floored activation and the bare recency in the seed profile, which has no subject or
+    time factor (1), the bounded ``1 + w * signal`` factors in the calibrated one). ``log_base`` is
     ``ln(base)`` when the base is too small to read (seed profile, old memories), else None."""
 
     profile: str
     relevance: float
     subject: float
+    time: float
     activation: float
     recency: float
     centrality: float
@@ -148,6 +152,7 @@ class ScoreBreakdown(TypedDict):
     session_pin_boost: float
     freshness_boost: float
     subject_match: float
+    time_cue: float
     factors: ScoreFactors
 
 
@@ -221,18 +226,21 @@ def calibrated_score(
     centrality: npt.ArrayLike,
     freshness: npt.ArrayLike,
     subject_match: npt.ArrayLike,
+    time_cue: npt.ArrayLike,
     weights: Weights,
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
-    """Calibrated base score and its factors ``(base, f_subject, f_activation, f_recency, f_centrality)``:
-    ``base = relevance * f_subject * f_activation * f_recency * f_centrality`` with
-    ``f_subject = 1 + subject_weight * subject_match``, ``f_activation = 1 + activation_weight *
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Calibrated base score and its factors ``(base, f_subject, f_time, f_activation, f_recency,
+    f_centrality)``: ``base = relevance * f_subject * f_time * f_activation * f_recency * f_centrality``
+    with ``f_subject = 1 + subject_weight * subject_match``, ``f_time = 1 + time_weight * time_cue``,
+    ``f_activation = 1 + activation_weight *
     activation``, ``f_recency = 1 + recency_weight * recency + freshness`` and ``f_centrality = 1 +
     centrality_weight * centrality``. Inputs in [0, 1]."""
     f_sub = 1.0 + weights.subject_weight * _f64(subject_match)
+    f_time = 1.0 + weights.time_weight * _f64(time_cue)
     f_act = 1.0 + weights.activation_weight * _f64(activation)
     f_rec = 1.0 + weights.recency_weight * _f64(recency) + _f64(freshness)
     f_cen = 1.0 + weights.centrality_weight * _f64(centrality)
-    return _f64(relevance) * f_sub * f_act * f_rec * f_cen, f_sub, f_act, f_rec, f_cen
+    return _f64(relevance) * f_sub * f_time * f_act * f_rec * f_cen, f_sub, f_time, f_act, f_rec, f_cen
 
 
 def rank(
@@ -261,7 +269,8 @@ class CandidateSignals:
     ``age_hours``: hours since updated/created (NaN unknown); ``centrality``: normalised PPR in [0, 1]
     (zeros unless deep:multi-hop); ``is_anchor``; ``is_pinned``; ``pin_weight``: the session pin weight
     (ignored where not pinned); ``subject_match``: share of the memory's subject the query names, in
-    [0, 1] (None: no subject evidence).
+    [0, 1] (None: no subject evidence); ``time_cue``: 1 where the memory says when and the query asks
+    when (None: no time evidence).
     """
 
     activation: FloatArray
@@ -272,6 +281,7 @@ class CandidateSignals:
     is_pinned: BoolArray
     pin_weight: FloatArray
     subject_match: FloatArray | None = None
+    time_cue: FloatArray | None = None
 
     def __post_init__(self) -> None:
         shapes = {
@@ -297,7 +307,9 @@ class ScoredCandidates:
     mandatory: BoolArray
     profile: ScoreProfile
     subject_match: FloatArray
+    time_cue: FloatArray
     f_subject: FloatArray
+    f_time: FloatArray
     f_activation: FloatArray
     f_recency: FloatArray
     f_centrality: FloatArray
@@ -325,10 +337,12 @@ class ScoredCandidates:
             session_pin_boost=float(self.session_pin_boost[row]),
             freshness_boost=float(self.freshness_boost[row]),
             subject_match=float(self.subject_match[row]),
+            time_cue=float(self.time_cue[row]),
             factors=ScoreFactors(
                 profile=self.profile.value,
                 relevance=float(self.relevance[row]),
                 subject=float(self.f_subject[row]),
+                time=float(self.f_time[row]),
                 activation=float(self.f_activation[row]),
                 recency=float(self.f_recency[row]),
                 centrality=float(self.f_centrality[row]),
@@ -364,13 +378,16 @@ def score_candidates(
     fresh = freshness(signals.age_hours, w.freshness_window_hours, w.freshness_max) if router else zeros
     anchor_add = np.where(anchor, w.anchor_boost, 0.0) if router else zeros
     subject = zeros if signals.subject_match is None else np.clip(np.nan_to_num(_f64(signals.subject_match)), 0, 1)
+    time_cue = zeros if signals.time_cue is None else np.clip(np.nan_to_num(_f64(signals.time_cue)), 0, 1)
     if w.profile is ScoreProfile.CALIBRATED:
-        base, f_sub, f_act, f_rec, f_cen = calibrated_score(activation, relevance, rec, centrality, fresh, subject, w)
+        base, f_sub, f_time, f_act, f_rec, f_cen = calibrated_score(
+            activation, relevance, rec, centrality, fresh, subject, time_cue, w
+        )
         composite = base + anchor_add + pins
         with np.errstate(divide="ignore"):
             log_base = np.log(np.maximum(base, _TINY))
     else:
-        f_sub = np.ones_like(activation)
+        f_sub = f_time = np.ones_like(activation)
         f_act = np.maximum(activation, w.activation_floor)
         f_cen = 1.0 + w.centrality_weight * centrality
         f_rec = rec
@@ -390,7 +407,9 @@ def score_candidates(
         mandatory=anchor | pinned,
         profile=w.profile,
         subject_match=subject,
+        time_cue=time_cue,
         f_subject=f_sub,
+        f_time=f_time,
         f_activation=f_act,
         f_recency=f_rec,
         f_centrality=f_cen,

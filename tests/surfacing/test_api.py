@@ -20,6 +20,7 @@ Make = Callable[..., Memory]
 BREAKDOWN_KEYS = {
     "factors",
     "subject_match",
+    "time_cue",
     "activation",
     "relevance",
     "recency",

@@ -21,6 +21,7 @@ from surfacing.algorithms.graph import SPREAD_EDGE_TYPES, build_csr, edge_type_c
 from surfacing.algorithms.graph import top_neighbours as one_node
 from surfacing.graphstore import Subgraph
 from surfacing.pins import pin_store
+from surfacing.settings import DEFAULTS
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api, pytest.mark.usefixtures("stores")]
 
@@ -643,3 +644,23 @@ def test_why_did_we_pick_jwt_brings_the_decision_and_its_reasons_first(demo: Wor
     top = [item.content for item in ctx.items if item.memory_type != "anchor"][:5]
     for start in SEED_EXAMPLE:
         assert any(content.startswith(start) for content in top), (start, top)
+
+
+def test_a_when_question_prefers_the_turn_that_says_when(workspace: Workspace, user: Any) -> None:
+    vague, dated = ingest(
+        workspace,
+        user,
+        2,
+        ["The support group was really moving for me", "I went to the support group yesterday, it helped"],
+    )
+    asked = services.get_working_context(
+        workspace, "s", "When did Ana go to the support group?", k=5, mode="router", record=False
+    )
+    by_id = {item.id: item.score_breakdown for item in asked.items}
+    assert by_id[dated]["time_cue"] == 1.0 and by_id[vague]["time_cue"] == 0.0
+    assert by_id[dated]["factors"]["time"] == pytest.approx(1.0 + DEFAULTS.time_weight)
+    assert any(r.startswith("time_cue:") for r in asked.reasons)
+    assert ids(asked).index(dated) < ids(asked).index(vague)
+    plain = services.get_working_context(workspace, "s", "Ana and the support group", k=5, mode="router", record=False)
+    assert all(item.score_breakdown["time_cue"] == 0.0 for item in plain.items)
+    assert not any(r.startswith("time_cue:") for r in plain.reasons)

@@ -122,12 +122,14 @@ def test_score_breakdown_has_exactly_the_api_fields() -> None:
         "session_pin_boost",
         "freshness_boost",
         "subject_match",
+        "time_cue",
         "factors",
     ]
     assert list(get_type_hints(ScoreFactors)) == [
         "profile",
         "relevance",
         "subject",
+        "time",
         "activation",
         "recency",
         "centrality",
@@ -174,11 +176,13 @@ def test_router_mode_scores_every_component_and_forces_anchors_and_pins() -> Non
         session_pin_boost=0.0,
         freshness_boost=0.0,
         subject_match=0.0,
+        time_cue=0.0,
     )
     assert breakdown["factors"] == ScoreFactors(
         profile="seed",
         relevance=1.0,
         subject=1.0,
+        time=1.0,
         activation=0.3,
         recency=1.0,
         centrality=1.25,
