@@ -786,10 +786,13 @@ class HebbianCoRetrieval:
                     for eid, ch in edge_updates
                 ),
             )
+            if edge_updates and not created:
+                # A snapshot weighs CO_RETRIEVED edges by their counts: changed counts re-weight edges.
+                graph_touch(workspace=workspace, rewrites=True)
             if created:
-                # Only new edges change the graph snapshot (it holds no counts), and the touch goes first:
-                # see memories.services.graph_touch.
-                graph_touch(workspace=workspace)
+                # New edges change the graph snapshot, and the touch goes first: see
+                # memories.services.graph_touch. Changed counts of older edges make it a rewrite.
+                graph_touch(workspace=workspace, rewrites=bool(edge_updates))
                 last_id = selectors.edge_last_id()
                 insert_rows(
                     Edge,

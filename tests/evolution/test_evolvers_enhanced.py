@@ -389,3 +389,18 @@ def test_an_episode_of_a_huge_buffer_stays_within_the_content_limit() -> None:
     assert kept == lines[: len(kept)]
     assert bounded.endswith(f"[... {3000 - len(kept)} more lines]")
     assert _bounded("short") == "short"
+
+
+def test_hebbian_count_changes_make_graph_snapshots_rebuild(kit: Any, workspace: Workspace) -> None:
+    # A snapshot weighs CO_RETRIEVED edges by their counts, so a run that only raises counts re-weights.
+    a = kit.mem("a")
+    b = kit.mem("b")
+    kit.retrieve([a, b], age_days=3)
+    kit.run("HebbianCoRetrieval")
+    created = Workspace.objects.get(pk=workspace.pk)
+    kit.retrieve([a, b], age_days=1)
+    kit.run("HebbianCoRetrieval")
+    counted = Workspace.objects.get(pk=workspace.pk)
+    assert kit.co_edge(a, b).co_retrieval_count == 2
+    assert counted.graph_rewrites == created.graph_rewrites + 1
+    assert counted.graph_generation > created.graph_generation

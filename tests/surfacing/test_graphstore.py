@@ -435,3 +435,16 @@ def test_node_positions_resolve_colliding_high_halves() -> None:
     assert keys.position(uuid.UUID(int=(shared << 64) | 2)) == -1
     missing = uuid.UUID(int=(shared << 64) | 2)
     assert keys.positions([*ids, missing]).tolist() == [*(decoded.index(i) for i in ids), -1]
+
+
+def test_a_co_retrieved_edge_weighs_its_count_until_it_is_seen_often(
+    store: SqlGraphStore, workspace: Workspace, make_memory: Callable[..., Memory]
+) -> None:
+    a, b, c, d = (make_memory(text) for text in ("a", "b", "c", "d"))
+    for source, target, count in ((a, b, 3), (a, c, 25), (a, d, 0)):
+        edge = link(workspace, source, target, "CO_RETRIEVED")
+        Edge.objects.filter(pk=edge.pk).update(co_retrieval_count=count)
+    weights = {(s, t): w for s, t, _, w in edges_of(store.neighbourhood(workspace, [a.id], hops=1, max_nodes=10))}
+    assert weights[(a.id, b.id)] == pytest.approx(3 / graphstore.CO_RETRIEVED_FULL_COUNT)
+    assert weights[(a.id, c.id)] == 1.0  # seen together often: its full weight
+    assert weights[(a.id, d.id)] == 1.0  # no count (an edge written by hand): its own weight
