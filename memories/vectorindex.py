@@ -241,14 +241,15 @@ class _Merger:
     index is rebuilt or caught up from the database."""
 
     def __init__(self) -> None:
-        self._queue: OrderedDict[_Key, _Slot] = OrderedDict()
+        self._queue: OrderedDict[_Key, tuple[_Slot, Path]] = OrderedDict()
         self._cond = threading.Condition()
         self._busy = False
         self._thread: threading.Thread | None = None
 
-    def schedule(self, key: _Key, slot: _Slot) -> None:
+    def schedule(self, key: _Key, slot: _Slot, path: Path) -> None:
+        """Merge the index of `slot` and write it to `path` (taken now: settings may change meanwhile)."""
         with self._cond:
-            self._queue[key] = slot
+            self._queue[key] = (slot, path)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="vector-index-merger", daemon=True)
                 self._thread.start()
@@ -270,16 +271,16 @@ class _Merger:
                     self._busy = False
                     self._cond.notify_all()
                     self._cond.wait()
-                key, slot = self._queue.popitem(last=False)
+                key, (slot, path) = self._queue.popitem(last=False)
                 self._busy = True
             try:
-                self._drain(key, slot)
+                self._drain(key, slot, path)
             except Exception:
                 # The vectors stay pending (merge drops them only once inserted) and searchable; the next
                 # write of the workspace schedules the index again.
                 log.exception("merging the vector index of workspace %s (%s) failed", key[0], key[1])
 
-    def _drain(self, key: _Key, slot: _Slot) -> None:
+    def _drain(self, key: _Key, slot: _Slot, path: Path) -> None:
         started = time.perf_counter()
         merged = 0
         while _cache.holds(key, slot):
@@ -301,8 +302,9 @@ class _Merger:
                 merged,
                 time.perf_counter() - started,
             )
-            if arrays is not None:
-                _write(_file_path(*key), arrays, size)
+            # An index forgotten meanwhile (vector_index_clear) is not written.
+            if arrays is not None and _cache.holds(key, slot):
+                _write(path, arrays, size)
             return
 
 
@@ -367,7 +369,7 @@ def _current(key: _Key, slot: _Slot, workspace: Workspace) -> VectorIndex:
             time.perf_counter() - started,
         )
     if index.pending:
-        _merger.schedule(key, slot)
+        _merger.schedule(key, slot, _file_path(workspace.pk, model, dim))
     return index
 
 
