@@ -274,6 +274,21 @@ class VectorIndex:
         self.unsaved += changes
         return changes
 
+    def keep_only(self, memory_ids: Iterable[uuid.UUID]) -> int:
+        """Remove the memories not among `memory_ids` (deleted since they were indexed); returns how many."""
+        assert self.flat is not None
+        keep = set(memory_ids)
+        gone = [slot for memory_id, slot in self.slot_of.items() if memory_id not in keep]
+        if gone:
+            removed = np.asarray(gone, np.int64)
+            self.flat.remove(removed)
+            if self.graph is not None:
+                self.graph.remove(removed)
+            for slot in gone:
+                del self.slot_of[self.ids[slot]]
+            self.unsaved += len(gone)
+        return len(gone)
+
     def switch_to_hnsw(self) -> None:
         """Enter graph mode: an empty graph, every vector pending (``merge`` moves them in)."""
         if self.graph is None:

@@ -184,6 +184,21 @@ def test_a_large_index_is_hnsw_persisted_and_loaded_then_caught_up(
     assert path.exists()
 
 
+def test_memories_deleted_while_a_file_was_on_disk_are_dropped_when_it_is_loaded(
+    settings: Any, tmp_path: Path, workspace: Workspace, user: Any
+) -> None:
+    settings.VECTOR_INDEX_EXACT_MAX = 10
+    settings.VECTOR_INDEX_DIR = tmp_path
+    memories = create(workspace, user, [f"{t} {k}" for k in range(4) for t in TOPICS])
+    search(workspace, "x")
+    assert vector_index_settle(60)
+    vector_index_clear()
+    services.memory_delete_hard(workspace=workspace, memory=memories[3], actor=user)
+    hits = search(workspace, memories[3].content, limit=20)
+    assert memories[3].id not in {h[0] for h in hits}
+    assert len(hits) == 19
+
+
 def test_a_corrupt_index_file_is_rebuilt_from_the_database_with_a_log_line(
     settings: Any, tmp_path: Path, workspace: Workspace, user: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -212,3 +212,13 @@ def test_only_a_graph_with_nothing_pending_is_written(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="nothing pending"):
         index.to_file(tmp_path / "pending")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_keep_only_drops_the_memories_not_named_from_flat_buffer_and_graph() -> None:
+    vectors = unit_rows(40, 8)
+    index, ids = index_of(vectors)
+    as_graph(index)
+    index.apply([(ids[0], T0 + timedelta(hours=1), to_bytes(vectors[0]))])  # pending again, in the buffer
+    assert index.keep_only(ids[2:]) == 2
+    assert len(index) == 38
+    assert {ids[0], ids[1]}.isdisjoint(h[0] for h in index.search(vectors[0], 40))
