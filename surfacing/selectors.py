@@ -21,7 +21,6 @@ from django.db import connection
 from django.db.models import Max
 
 from memories.algorithms.activation import decayed_activation_array
-from memories.algorithms.embedding import stack_embeddings
 from memories.models import Memory, MemoryScore, MemoryType, Status, Workspace
 from memories.selectors import as_uuid
 from surfacing.algorithms.anchors import AnchorInfo
@@ -56,7 +55,7 @@ class CandidateRows:
 
     ``activation``: stored score decayed to now; ``age_hours``: hours since updated_at (else
     created_at); ``chars``: content length; ``subject``: what the memory is about (a conversation turn:
-    its speaker); ``embeddings``: (n, dim) float32 when asked for, else None.
+    its speaker).
     """
 
     ids: list[uuid.UUID]
@@ -65,14 +64,13 @@ class CandidateRows:
     activation: FloatArray
     age_hours: FloatArray
     chars: IntArray
-    embeddings: npt.NDArray[np.float32] | None
     position: dict[uuid.UUID, int]
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def concat(self, other: CandidateRows) -> CandidateRows:
-        """These rows followed by ``other``'s (embeddings are dropped: only search rows carry them)."""
+        """These rows followed by ``other``'s."""
         if not len(other):
             return self
         offset = len(self)
@@ -83,12 +81,11 @@ class CandidateRows:
             activation=np.concatenate([self.activation, other.activation]),
             age_hours=np.concatenate([self.age_hours, other.age_hours]),
             chars=np.concatenate([self.chars, other.chars]),
-            embeddings=None,
             position={**self.position, **{mid: offset + i for mid, i in other.position.items()}},
         )
 
 
-def _empty_rows(dim: int | None) -> CandidateRows:
+def _empty_rows() -> CandidateRows:
     return CandidateRows(
         ids=[],
         memory_type=[],
@@ -96,7 +93,6 @@ def _empty_rows(dim: int | None) -> CandidateRows:
         activation=np.empty(0),
         age_hours=np.empty(0),
         chars=np.empty(0, np.int64),
-        embeddings=None if dim is None else np.empty((0, dim), np.float32),
         position={},
     )
 
@@ -110,20 +106,14 @@ def candidate_rows(
     *,
     workspace: Workspace,
     ids: Sequence[uuid.UUID] = (),
-    recent: int = 0,
     anchors: bool = False,
-    embedding_dim: int | None = None,
     now: datetime,
 ) -> CandidateRows:
-    """Active memories of ``workspace`` among ``ids``, plus the ``recent`` most recently updated ones,
-    plus (``anchors``) up to MAX_ANCHORS anchors (``memory_type`` tells them apart).
-
-    One query (see the comment on its parts). With ``embedding_dim`` the stored vectors come back as a
-    matrix (zero rows for memories without one).
-    """
+    """Active memories of ``workspace`` among ``ids``, plus (``anchors``) up to MAX_ANCHORS anchors
+    (``memory_type`` tells them apart). One query (see the comment on its parts)."""
     unique = list(dict.fromkeys(ids))
-    if not unique and recent <= 0 and not anchors:
-        return _empty_rows(embedding_dim)
+    if not unique and not anchors:
+        return _empty_rows()
     table = Memory._meta.db_table
     sqlite = connection.vendor == "sqlite"
     if sqlite:
@@ -135,13 +125,11 @@ def candidate_rows(
         since_boost = "EXTRACT(EPOCH FROM (%s - activation_last_boost_at)) / 3600.0"
         age = "EXTRACT(EPOCH FROM (%s - COALESCE(updated_at, created_at))) / 3600.0"
     columns = (
-        f"id, memory_type, activation_score, {since_boost}, activation_half_life_hours, {age}, length(content), "
-        "subject" + (", embedding" if embedding_dim is not None else "")
+        f"id, memory_type, activation_score, {since_boost}, activation_half_life_hours, {age}, length(content), subject"
     )
-    # One statement of up to three parts, the same memory possibly in several (the first copy is kept):
-    # the requested ids by primary key, the recent set from the (workspace, updated_at) index and the
-    # anchors from the (workspace, memory_type, subject) index. A UNION ALL of plain index reads measured
-    # ~30% faster than one WHERE with three ORed IN-subqueries.
+    # One statement of up to two parts, the same memory possibly in both (the first copy is kept): the
+    # requested ids by primary key and the anchors from the (workspace, memory_type, subject) index. A
+    # UNION ALL of plain index reads measured ~30% faster than one WHERE with ORed IN-subqueries.
     parts: list[str] = []
     params: list[Any] = []
     # SQLite without ANALYZE statistics prefers the workspace index and scans the whole workspace for an
@@ -154,12 +142,6 @@ def candidate_rows(
             f"SELECT {columns} FROM {table} WHERE id IN ({marks}) AND {plus}workspace_id = %s AND {plus}status = %s"
         )
         params.extend([now_param, now_param, *stored_ids, workspace.pk, Status.ACTIVE])
-    if recent > 0:
-        parts.append(
-            f"SELECT * FROM (SELECT {columns} FROM {table} WHERE workspace_id = %s AND status = %s "
-            "ORDER BY updated_at DESC LIMIT %s) recent"
-        )
-        params.extend([now_param, now_param, workspace.pk, Status.ACTIVE, recent])
     if anchors:
         parts.append(
             f"SELECT * FROM (SELECT {columns} FROM {table} WHERE workspace_id = %s AND memory_type = %s "
@@ -174,7 +156,7 @@ def candidate_rows(
         first.setdefault(row[0], row)
     rows = list(first.values())
     if not rows:
-        return _empty_rows(embedding_dim)
+        return _empty_rows()
     cols = list(zip(*rows, strict=True))
     # Requested ids are known already: look them up by their stored form instead of parsing each UUID.
     known: dict[Any, uuid.UUID] = dict(zip(stored_ids, unique, strict=True))
@@ -184,11 +166,6 @@ def candidate_rows(
     since = np.asarray(cols[3], dtype=np.float64)
     half_life = np.asarray(cols[4], dtype=np.float64)
     ages = np.asarray(cols[5], dtype=np.float64)
-    embeddings = (
-        stack_embeddings([bytes(b) if b is not None else None for b in cols[8]], embedding_dim)
-        if embedding_dim is not None
-        else None
-    )
     return CandidateRows(
         ids=row_ids,
         memory_type=list(cols[1]),
@@ -196,7 +173,6 @@ def candidate_rows(
         activation=decayed_activation_array(stored, since, half_life),
         age_hours=ages,
         chars=np.nan_to_num(np.asarray(cols[6], dtype=np.float64)).astype(np.int64),
-        embeddings=embeddings,
         position={mid: i for i, mid in enumerate(row_ids)},
     )
 

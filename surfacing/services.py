@@ -44,11 +44,12 @@ from django.utils import timezone
 from memories.algorithms.activation import BOOST_CO_RETRIEVED, BOOST_DIRECT, BOOST_SURFACED
 from memories.algorithms.entities import count_entities
 from memories.algorithms.fts import query_terms
-from memories.embeddings import default_embedder
+from memories.embeddings import embedder_for
 from memories.errors import InvalidInput
 from memories.models import AuditEntry, Memory, MemoryType, RetrievalSource, Workspace
 from memories.selectors import lexical_search
 from memories.signalbus import retrieval_signals
+from memories.vectorindex import vector_search
 from surfacing import selectors
 from surfacing.algorithms.anchors import anchor_drift_warnings
 from surfacing.algorithms.budget import BudgetResult, apply_budget, estimate_tokens_array, min_required_tokens
@@ -70,7 +71,7 @@ from surfacing.algorithms.graph import (
 )
 from surfacing.algorithms.point_query import MENTION_EDGE_CODES, entity_keys, mention_relevance
 from surfacing.algorithms.ppr import candidate_centrality, ppr_push, top_k
-from surfacing.algorithms.relevance import cosine_to_query, fuse, normalise_bm25, subject_match
+from surfacing.algorithms.relevance import fuse, normalise_bm25, normalise_dense, subject_match
 from surfacing.algorithms.router import RouteDecision, Strategy, parse_strategy, route
 from surfacing.algorithms.spreading import SpreadHit, spread
 from surfacing.algorithms.temporal import asks_when, says_when
@@ -328,11 +329,11 @@ def _spread_path(node: int, hits: Mapping[int, SpreadHit], subgraph: Subgraph) -
 
 @dataclass(frozen=True)
 class _Search:
-    """Search candidates: ids best first, normalised lexical score, cosine, fused relevance."""
+    """Search candidates: ids best first, normalised lexical and dense scores, fused relevance."""
 
     ids: list[uuid.UUID]
     lexical: FloatArray
-    cosine: FloatArray
+    dense: FloatArray
     relevance: FloatArray
     rows: selectors.CandidateRows
 
@@ -349,50 +350,50 @@ def _search_candidates(
     now: datetime,
     exclude_types: frozenset[str] = frozenset(),
 ) -> _Search:
-    """Lexical hits fused with cosine over the hits and the recent pool; rows for ``extra_ids`` too."""
+    """Lexical hits and the nearest memories by embedding, fused; rows for ``extra_ids`` too.
+
+    The nearest ``semantic_pool`` memories come from the workspace's vector index (every vector of the
+    workspace's embedder, not a recent window); their cosines are scaled by ``normalise_dense`` and those
+    reaching ``semantic_min_similarity`` join as candidates. A lexical hit outside the nearest ones has
+    dense relevance 0 (below the floor by definition), so no stored vector is read here.
+    """
     # Statuses are filtered by the row query below (skipping the full-text join is 2-3x cheaper), so a
     # little more than `limit` is asked for to make up for archived hits.
     hits = lexical_search(workspace=workspace, query=query, limit=limit + limit // 4 + 5, statuses=None)
-    lexical_ids = [mid for mid, _ in hits]
-    dim = default_embedder().dim if semantic else None
+    dense_of: dict[uuid.UUID, float] = {}
+    admitted: list[uuid.UUID] = []
+    if semantic and cfg.semantic_pool > 0:
+        embedder = embedder_for(workspace)
+        nearest = vector_search(
+            workspace=workspace, vector=embedder.embed([query])[0], model=embedder.name, limit=cfg.semantic_pool
+        )
+        scaled = normalise_dense([cosine for _, cosine in nearest])
+        dense_of = {mid: float(d) for (mid, _), d in zip(nearest, scaled.tolist(), strict=True)}
+        admitted = [mid for mid, cosine in nearest if cosine >= cfg.semantic_min_similarity]
     rows = selectors.candidate_rows(
         workspace=workspace,
-        ids=[*lexical_ids, *extra_ids],
-        recent=cfg.semantic_pool if semantic else 0,
+        ids=[*(mid for mid, _ in hits), *admitted, *extra_ids],
         anchors=anchors,
-        embedding_dim=dim,
         now=now,
     )
     types = rows.memory_type
-    active_hits = [
-        (mid, score) for mid, score in hits if mid in rows.position and types[rows.position[mid]] not in exclude_types
-    ][:limit]
+
+    def wanted(mid: uuid.UUID) -> bool:
+        at = rows.position.get(mid)
+        return at is not None and types[at] not in exclude_types
+
+    active_hits = [(mid, score) for mid, score in hits if wanted(mid)][:limit]
     raw = normalise_bm25([score for _, score in active_hits])
     lexical_of = dict(zip([mid for mid, _ in active_hits], raw.tolist(), strict=True))
-    if semantic and rows.embeddings is not None and len(rows):
-        query_vector = default_embedder().embed([query])[0]
-        cosine_all = cosine_to_query(rows.embeddings, query_vector)
-    else:
-        cosine_all = np.zeros(len(rows))
-    ids = list(lexical_of)
-    lexical_set = set(ids)
-    if semantic:
-        pool = [
-            mid
-            for mid, i in rows.position.items()
-            if mid not in lexical_set and cosine_all[i] >= cfg.semantic_min_similarity and types[i] not in exclude_types
-        ]
-        ids.extend(pool)
-    positions = np.fromiter((rows.position[m] for m in ids), dtype=np.int64, count=len(ids))
+    ids = [*lexical_of, *(mid for mid in admitted if mid not in lexical_of and wanted(mid))]
     lexical = np.fromiter((lexical_of.get(m, 0.0) for m in ids), dtype=np.float64, count=len(ids))
-    cosine = cosine_all[positions] if len(ids) else np.empty(0)
-    weight = cfg.lexical_weight if semantic else 1.0
-    relevance = fuse(lexical, cosine, weight)
+    dense = np.fromiter((dense_of.get(m, 0.0) for m in ids), dtype=np.float64, count=len(ids))
+    relevance = fuse(lexical, dense, cfg.lexical_weight if semantic else 1.0)
     order = np.argsort(-relevance, kind="stable")
     return _Search(
         ids=[ids[i] for i in order.tolist()],
         lexical=lexical[order],
-        cosine=cosine[order],
+        dense=dense[order],
         relevance=relevance[order],
         rows=rows,
     )

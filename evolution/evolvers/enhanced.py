@@ -64,6 +64,7 @@ from memories.errors import InvalidInput
 from memories.inputs import MAX_CONTENT_CHARS, MAX_TAGS, origin_tier
 from memories.models import Edge, EdgeType, Memory, MemoryType, Status, Workspace
 from memories.services import graph_mirror, graph_touch
+from surfacing.graphstore import CO_RETRIEVED_FULL_COUNT
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
@@ -786,13 +787,15 @@ class HebbianCoRetrieval:
                     for eid, ch in edge_updates
                 ),
             )
-            if edge_updates and not created:
-                # A snapshot weighs CO_RETRIEVED edges by their counts: changed counts re-weight edges.
+            # A snapshot weighs a CO_RETRIEVED edge by its count until CO_RETRIEVED_FULL_COUNT: a count that
+            # moves below it re-weights an edge, which appending cannot express (the next read rebuilds).
+            reweighted = any(ch["co_retrieval_count"][0] < CO_RETRIEVED_FULL_COUNT for _, ch in edge_updates)
+            if reweighted and not created:
                 graph_touch(workspace=workspace, rewrites=True)
             if created:
                 # New edges change the graph snapshot, and the touch goes first: see
-                # memories.services.graph_touch. Changed counts of older edges make it a rewrite.
-                graph_touch(workspace=workspace, rewrites=bool(edge_updates))
+                # memories.services.graph_touch.
+                graph_touch(workspace=workspace, rewrites=reweighted)
                 last_id = selectors.edge_last_id()
                 insert_rows(
                     Edge,

@@ -1,4 +1,5 @@
-"""Query relevance: lexical (BM25) and semantic (cosine) scores mapped to [0, 1] and fused.
+"""Query relevance: lexical (BM25) and dense (cosine) scores mapped to [0, 1] and fused, and the subject
+a query names.
 
 All functions take arrays aligned by candidate (row ``i`` of every input is the same memory) and return
 float64 arrays of the same length.
@@ -16,16 +17,16 @@ from memories.algorithms.fts import STOP_WORDS
 
 __all__ = [
     "DEFAULT_LEXICAL_WEIGHT",
-    "cosine_to_query",
     "fts5_bm25_relevance",
     "fuse",
     "normalise_bm25",
+    "normalise_dense",
     "subject_match",
 ]
 
 FloatArray = npt.NDArray[np.float64]
 
-DEFAULT_LEXICAL_WEIGHT = 0.7
+DEFAULT_LEXICAL_WEIGHT = 0.8
 
 
 def normalise_bm25(raw: npt.ArrayLike) -> FloatArray:
@@ -42,6 +43,28 @@ def normalise_bm25(raw: npt.ArrayLike) -> FloatArray:
     if top <= 0.0:
         return np.zeros_like(scores)
     return scores / top
+
+
+def normalise_dense(cosine: npt.ArrayLike) -> FloatArray:
+    """Scale the cosines of one query's nearest memories to [0, 1]: ``(c - floor) / (top - floor)``.
+
+    ``cosine`` holds the similarities of the ``n`` nearest memories (the vector index's answer); ``floor``
+    is the lowest of them, the similarity any memory of the workspace reaches for this query, and ``top``
+    the best. Embedding models place unrelated texts at very different cosines (a hashing embedder near 0,
+    an e5 model near 0.8), so raw cosines cannot share one weight with lexical scores; the position
+    between the background and the best match can. A memory outside the nearest ``n`` counts as 0. NaN
+    counts as the floor; all-equal (or a single) cosine gives 1 for every finite value.
+    """
+    c = np.asarray(cosine, dtype=np.float64)
+    if c.size == 0:
+        return np.zeros(0)
+    finite = np.isfinite(c)
+    if not finite.any():
+        return np.zeros_like(c)
+    floor, top = float(c[finite].min()), float(c[finite].max())
+    if top <= floor:
+        return np.where(finite, 1.0, 0.0)
+    return np.clip(np.where(finite, (c - floor) / (top - floor), 0.0), 0.0, 1.0)
 
 
 def fts5_bm25_relevance(raw_fts5: npt.ArrayLike) -> FloatArray:
@@ -63,30 +86,6 @@ def fuse(lexical: npt.ArrayLike, semantic: npt.ArrayLike, lexical_weight: float 
     if lex.shape != sem.shape:
         raise ValueError(f"lexical and semantic must align by candidate, got {lex.shape} and {sem.shape}")
     return lexical_weight * np.clip(lex, 0.0, 1.0) + (1.0 - lexical_weight) * np.clip(sem, 0.0, 1.0)
-
-
-def cosine_to_query(matrix: npt.ArrayLike, query_vec: npt.ArrayLike) -> FloatArray:
-    """Cosine similarity of each row of ``matrix`` (n, d) with ``query_vec`` (d,), in [-1, 1].
-
-    Rows are expected L2-normalised (or all zeros for memories without an embedding); they are
-    renormalised here anyway because the cost equals that of the dot product and a stale embedding
-    written by another embedder must not score above 1. Zero rows and a zero query give 0.
-    """
-    m = np.asarray(matrix, dtype=np.float32)
-    q = np.asarray(query_vec, dtype=np.float32).ravel()
-    if m.ndim != 2:
-        raise ValueError(f"matrix must be 2-D (n, d), got shape {m.shape}")
-    if m.shape[1] != q.shape[0]:
-        raise ValueError(f"dimension mismatch: matrix has d={m.shape[1]}, query has d={q.shape[0]}")
-    q_norm = float(np.linalg.norm(q))
-    if m.shape[0] == 0 or q_norm == 0.0:
-        return np.zeros(m.shape[0], dtype=np.float64)
-    dots = (m @ (q / q_norm)).astype(np.float64)
-    row_norms = np.sqrt(np.einsum("ij,ij->i", m, m, dtype=np.float64))
-    safe = np.where(row_norms > 0.0, row_norms, 1.0)
-    cos = np.where(row_norms > 0.0, dots / safe, 0.0)
-    result: FloatArray = np.clip(np.nan_to_num(cos, nan=0.0), -1.0, 1.0)
-    return result
 
 
 _SUBJECT_PART = re.compile(r"[^\W_]+", re.UNICODE)

@@ -8,7 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from surfacing.algorithms.relevance import cosine_to_query, fts5_bm25_relevance, fuse, normalise_bm25, subject_match
+from surfacing.algorithms.relevance import (
+    fts5_bm25_relevance,
+    fuse,
+    normalise_bm25,
+    normalise_dense,
+    subject_match,
+)
 
 
 def test_bm25_best_candidate_gets_one_and_others_scale_linearly() -> None:
@@ -58,37 +64,26 @@ def test_fused_relevance_stays_in_unit_interval(lex: np.ndarray, sem: np.ndarray
     assert np.all((out >= 0.0) & (out <= 1.0 + 1e-12))
 
 
-def test_cosine_of_unit_rows_with_query() -> None:
-    m = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, 0.0]], dtype=np.float32)
-    out = cosine_to_query(m, np.array([3.0, 0.0]))
-    np.testing.assert_allclose(out, [1.0, 0.0, -1.0, 0.0], atol=1e-7)
-    assert out.dtype == np.float64
+def test_dense_scores_span_from_the_background_to_the_best_match() -> None:
+    # An e5-like model puts everything near 0.8; a hashing one near 0: the position between counts.
+    np.testing.assert_allclose(normalise_dense([0.91, 0.85, 0.80]), [1.0, 5 / 11, 0.0], atol=1e-12)
+    np.testing.assert_allclose(normalise_dense([0.40, 0.10, 0.05]), [1.0, 1 / 7, 0.0], atol=1e-12)
 
 
-def test_cosine_renormalises_rows_that_are_not_unit_length() -> None:
-    m = np.array([[3.0, 4.0]], dtype=np.float32)
-    assert cosine_to_query(m, np.array([0.6, 0.8]))[0] == pytest.approx(1.0, abs=1e-6)
+def test_dense_scores_of_edge_cases() -> None:
+    assert normalise_dense([]).shape == (0,)
+    assert normalise_dense([0.3]).tolist() == [1.0]
+    assert normalise_dense([0.3, 0.3]).tolist() == [1.0, 1.0]
+    assert normalise_dense([0.5, float("nan"), 0.1]).tolist() == [1.0, 0.0, 0.0]
+    assert normalise_dense([float("nan")]).tolist() == [0.0]
 
 
-def test_cosine_with_zero_query_or_no_rows_is_zero() -> None:
-    np.testing.assert_array_equal(cosine_to_query(np.ones((2, 3), np.float32), np.zeros(3)), [0.0, 0.0])
-    assert cosine_to_query(np.zeros((0, 3), np.float32), np.ones(3)).shape == (0,)
-
-
-def test_cosine_rejects_shape_mismatches() -> None:
-    with pytest.raises(ValueError, match="dimension"):
-        cosine_to_query(np.ones((2, 3), np.float32), np.ones(4))
-    with pytest.raises(ValueError, match="2-D"):
-        cosine_to_query(np.ones(3, np.float32), np.ones(3))
-
-
-def test_cosine_matches_a_reference_computation_on_random_embeddings() -> None:
-    rng = np.random.default_rng(7)
-    m = rng.normal(size=(500, 64)).astype(np.float32)
-    m /= np.linalg.norm(m, axis=1, keepdims=True)
-    q = rng.normal(size=64)
-    expected = m.astype(np.float64) @ (q / np.linalg.norm(q))
-    np.testing.assert_allclose(cosine_to_query(m, q), expected, atol=1e-5)
+@given(hnp.arrays(np.float64, st.integers(1, 30), elements=st.floats(-1, 1)))
+def test_dense_scores_stay_in_the_unit_interval_and_keep_the_order(cosine: np.ndarray) -> None:
+    scaled = normalise_dense(cosine)
+    assert ((scaled >= 0.0) & (scaled <= 1.0)).all()
+    by_cosine = np.argsort(-cosine, kind="stable")
+    assert (np.diff(scaled[by_cosine]) <= 1e-12).all()  # a closer memory never scores lower
 
 
 def test_subject_match_is_the_share_of_the_subject_the_query_names() -> None:
