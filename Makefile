@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 
 .PHONY: run test install migrate demo serve lint typecheck importlint bench bench-ingest bench-surfacing \
-	bench-evolution bench-pages bench-vectors services-start services-stop clean
+	bench-evolution bench-pages bench-vectors bench-embedders services-start services-stop clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,7 +52,7 @@ services-start:
 services-stop:
 	scripts/services.sh stop
 
-bench: bench-ingest bench-surfacing bench-evolution bench-pages bench-vectors
+bench: bench-ingest bench-surfacing bench-evolution bench-pages bench-vectors bench-embedders
 
 bench-ingest: install
 	$(PY) bench/bench_ingest.py
@@ -65,6 +65,9 @@ bench-evolution: install
 
 bench-vectors: install
 	$(PY) bench/bench_vectorindex.py
+
+bench-embedders: install
+	$(PY) bench/bench_embedders.py
 
 bench-pages: install
 	$(PY) bench/bench_pages.py
