@@ -5,6 +5,8 @@ into var/bench/surfacing.sqlite3 and reused, --fresh rebuilds it), this prints:
 
 - graph snapshot build time (the first deep query of a process pays it) and, last, the time to extend it
   after an edge write (what the first deep query after a conversation ingest pays);
+- the vector index of the workspace's embedder (built, or loaded from var/vectors, before timing): every
+  router query but a point query takes its semantic candidates from it;
 - p50/p95 of get_working_context per strategy in process (router mode with an explicit strategy, plus
   legacy mode), recording boosts as a real call does (the bus is flushed between queries, untimed);
 - the same over HTTP against a daphne server on 127.0.0.1 (token auth, one keep-alive connection);
@@ -65,6 +67,7 @@ def _queries(
 
 
 def _ensure_workspace(args: argparse.Namespace) -> dict[str, Any]:
+    from memories.embeddings import embedder_for
     from memories.models import Edge, Memory, Workspace
 
     workspace = Workspace.objects.filter(slug="bench").first()
@@ -73,6 +76,8 @@ def _ensure_workspace(args: argparse.Namespace) -> dict[str, Any]:
         and workspace is not None
         and SIDECAR.exists()
         and Memory.objects.filter(workspace=workspace).count() == args.memories
+        # Generated before vectors carried their model's name: the vector index would hold nothing.
+        and Memory.objects.filter(workspace=workspace, embedding_model=embedder_for(workspace).name).exists()
     ):
         meta: dict[str, Any] = json.loads(SIDECAR.read_text())
         meta["edges"] = Edge.objects.filter(workspace=workspace).count()
@@ -352,7 +357,9 @@ def main() -> None:
     db_path = django_setup(DB_NAME, fresh=args.fresh)
     from rest_framework.authtoken.models import Token
 
+    from memories.embeddings import embedder_for
     from memories.models import Memory, Workspace
+    from memories.vectorindex import vector_index, vector_index_settle
     from surfacing.graphstore import graph_store
 
     meta = _ensure_workspace(args)
@@ -370,6 +377,15 @@ def main() -> None:
     print(
         f"graph snapshot: {snapshot.csr.n_nodes:,} nodes, {snapshot.csr.n_edges:,} edges built in "
         f"{time.perf_counter() - started:.2f} s wall, {time.process_time() - cpu:.2f} s CPU"
+    )
+
+    started = time.perf_counter()
+    embedder = embedder_for(workspace)
+    index = vector_index(workspace=workspace, model=embedder.name, dim=embedder.dim)
+    settled = vector_index_settle()
+    print(
+        f"vector index: {len(index):,} {embedder.name} vectors ready in {time.perf_counter() - started:.1f} s"
+        f" ({'settled' if settled else 'still building'}; a persisted index loads in about a second)"
     )
 
     print("get_working_context, k=20 (router mode with the strategy given; legacy = mode legacy):")

@@ -118,9 +118,8 @@ def generate(*, n_memories: int, n_edges: int, seed: int = 7, slug: str = "bench
     from django.db import connection, transaction
 
     from memories import services
-    from memories.algorithms.embedding import rows_to_bytes
     from memories.algorithms.sortkey import activation_sort_key
-    from memories.embeddings import default_embedder
+    from memories.embedding_service import memories_embed
     from memories.models import Edge, Memory, MemoryType, Workspace
 
     started = time.perf_counter()
@@ -154,8 +153,6 @@ def generate(*, n_memories: int, n_edges: int, seed: int = 7, slug: str = "bench
         texts.append(" ".join(words).capitalize() + ".")
     entity_texts = [f"{rng.choice(NAMES)} {vocabulary[i]}".title() for i in range(N_ENTITIES)]
     all_texts = texts + entity_texts
-    vectors = default_embedder().embed(all_texts)
-    blobs = rows_to_bytes(vectors)
     ids = [uuid.UUID(int=rng.getrandbits(128), version=4) for _ in range(n_memories)]
     rows: list[Memory] = []
     for i, text in enumerate(all_texts):
@@ -175,11 +172,12 @@ def generate(*, n_memories: int, n_edges: int, seed: int = 7, slug: str = "bench
                 activation_sort_key=activation_sort_key(score, created, 720.0),
                 created_at=created,
                 updated_at=created,
-                embedding=blobs[i],
             )
         )
     memories_seconds = time.perf_counter() - started
     with transaction.atomic():
+        # The write path of every memory: vectors of the workspace's embedder, named and stamped.
+        memories_embed(workspace=workspace, memories=rows)
         Memory.objects.bulk_create(rows, batch_size=2_000)
     memories_seconds = time.perf_counter() - started
 

@@ -1,27 +1,28 @@
 """get_working_context, direct search, session pins and surfacing settings: the writes of surfacing.
 
-get_working_context (seed 001) runs, in order:
+get_working_context (seed 001) runs, in order (docs/surfacing.md, "Ranking", says why):
 
 1. validate (k in 1..100, strategy and mode names, legacy mode only with fast:recency, max_tokens large
    enough for the smallest anchor) and route the query (legacy mode always runs fast:recency);
 2. candidates: the lexical top ``max(candidate_multiplier * k, k)`` (BM25, normalised by the best hit)
-   fused with embedding cosine (``lexical_weight``). Cosine is computed only for the lexical hits and a
-   bounded pool of the ``semantic_pool`` most recently updated memories, admitted when their cosine
-   reaches ``semantic_min_similarity``: there is no vector index (no pgvector here), and keeping every
-   embedding of a 100k workspace in memory for a full scan would cost 100 MB per workspace. Legacy mode
-   and factual:point-query use lexical relevance only (the seed's "lexical" legacy product; factual
-   queries skip semantic search). A factual:point-query that names an entity with an entity memory adds
-   that memory and the memories that mention it (MENTIONS edges of the graph store) as candidates, see
-   ``_add_entity_mentions``;
-3. deep:multi-hop only: spreading activation from the top ``graph_seeds`` candidates by relevance.
-   Neighbours join the candidate set with a *propagated relevance*
-   ``damping ** hops * relevance(originating seed)`` (or their own relevance, when higher), so a memory
-   that shares no word with the query but sits one hop from the best hit competes like a hit half as
-   relevant. PPR from the same seeds gives ``centrality`` (top ``ppr_top_k`` nodes, normalised by the
-   maximum over the candidates). A push that hits ``ppr_max_pushes`` keeps its estimate and says so;
-4. pins (router mode) and anchors (both modes) join as mandatory rows; the composite score of the
-   mode ranks everything; ``k`` and ``max_tokens`` select; anchors returned get drift warnings;
-5. ``record=True`` queues +0.02 for every returned memory and +0.01 for up to ``max_partners`` graph
+   fused (``lexical_weight``) with the ``semantic_pool`` nearest memories of the workspace's vector index,
+   their cosines scaled from the pool's lowest to its best (``normalise_dense``). Legacy mode and
+   factual:point-query use lexical relevance only. Entity and session memories are candidates only for
+   a point query. Anchors and pins are loaded with the candidates;
+3. context (router mode, and legacy mode in the calibrated profile; not for point queries): the
+   ``context_seeds`` most relevant candidates pass ``context_damping`` of their relevance per hop to the
+   turns before and after them and to what they link to (``surfacing.algorithms.context``);
+4. deep:multi-hop only: spreading activation from the top ``graph_seeds`` search candidates (anchors and
+   pins never seed a walk); a reached memory competes with ``damping ** hops * path strength *
+   relevance(seed)`` or its own relevance when higher. PPR from the same seeds gives ``centrality`` (top
+   ``ppr_top_k`` nodes, normalised by the maximum over the candidates). Context and spreading read one
+   graph neighbourhood. A factual:point-query that names an entity with an entity memory adds that
+   memory and the memories that mention it instead (``_add_entity_mentions``);
+5. pins (router mode) and anchors (both modes) join as mandatory rows; the composite score of the
+   profile ranks everything (with the subject a query names and, for a "when" question, the memories
+   that say when, in the calibrated profile); ``k`` and ``max_tokens`` select; anchors returned get drift
+   warnings;
+6. ``record=True`` queues +0.02 for every returned memory and +0.01 for up to ``max_partners`` graph
    neighbours of returned memories that were not returned, and records one retrieval event per returned
    memory (result set = ``decision_id``). ``record=False`` is a dry read that changes nothing.
 """
@@ -646,7 +647,9 @@ def get_working_context(
     subgraph = _walk_graph(workspace, context_seeds, spread_seeds, cfg)
     walks: list[tuple[_GraphResult, str, Callable[[SpreadHit], float]]] = []
     if context_seeds and subgraph is not None:
-        context = _conversation_context(subgraph=subgraph, seed_ids=context_seeds, cands=cands, cfg=cfg)
+        context = _conversation_context(
+            subgraph=subgraph, seed_ids=context_seeds, cands=cands, cfg=cfg, floor=_context_floor(found, k, cfg), k=k
+        )
         reasons.extend(context.reasons)
         walks.append((context, "context", _hit_score))
     graph = _GraphResult(None, {}, [], {}, [])
@@ -847,11 +850,39 @@ def _context_seeds(cands: _Candidates, forced: set[uuid.UUID], cfg: SurfacingSet
     return seeds[: cfg.context_seeds]
 
 
+CONTEXT_HITS_PER_ITEM = 4
+"""Memories a context walk may lift per item asked for (k): the best of them, by propagated relevance."""
+
+
+def _context_floor(found: _Search, k: int, cfg: SurfacingSettings) -> float:
+    """Propagated relevance under which a memory cannot enter the first ``k``: the k-th best search
+    relevance divided by the most the calibrated factors can multiply (0 for the seed profile, whose
+    additive terms have no such bound)."""
+    weights = cfg.weights()
+    if weights.profile is not ScoreProfile.CALIBRATED or len(found.relevance) < k:
+        return 0.0
+    most = (
+        (1.0 + weights.subject_weight)
+        * (1.0 + weights.time_weight)
+        * (1.0 + weights.activation_weight)
+        * (1.0 + weights.recency_weight + weights.freshness_max)
+        * (1.0 + weights.centrality_weight)
+    )
+    return float(found.relevance[k - 1]) / most
+
+
 def _conversation_context(
-    *, subgraph: Subgraph, seed_ids: list[uuid.UUID], cands: _Candidates, cfg: SurfacingSettings
+    *,
+    subgraph: Subgraph,
+    seed_ids: list[uuid.UUID],
+    cands: _Candidates,
+    cfg: SurfacingSettings,
+    floor: float,
+    k: int,
 ) -> _GraphResult:
-    """Relevance from the best candidates to the turns around them (FOLLOWS edges, both directions; see
-    ``surfacing.algorithms.context``). Reason ``context:<lifted>_from_<seeds>_seeds``."""
+    """Relevance from the best candidates to the memories next to them (see
+    ``surfacing.algorithms.context``), offers under ``floor`` dropped and at most
+    ``CONTEXT_HITS_PER_ITEM * k`` memories lifted. Reason ``context:<lifted>_from_<seeds>_seeds``."""
     present = [mid for mid in seed_ids if mid in subgraph.index]
     if not present:
         return _GraphResult(subgraph, {}, [], {}, [])
@@ -864,6 +895,8 @@ def _conversation_context(
         hops=cfg.context_hops,
         forward=forward,
         backward=backward,
+        min_value=floor,
+        max_hits=CONTEXT_HITS_PER_ITEM * k,
     )
     reasons = [f"context:{len(hits)}_from_{len(present)}_seeds"] if hits else []
     return _GraphResult(subgraph, hits, seeds, {}, reasons)

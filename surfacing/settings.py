@@ -94,7 +94,7 @@ class SurfacingSettings:
     ppr_top_k: int = 100
     ppr_undirected: bool = True
     max_partners: int = 50
-    context_seeds: int = 30
+    context_seeds: int = 20
     context_hops: int = 2
     context_damping: float = 0.8
     context_backlink: float = 0.75

@@ -14,8 +14,15 @@ Each edge also multiplies by its weight, capped at 1. A reached memory keeps the
 at most ``hops`` edges gives it (max-product); seeds start from their own relevance, so a seed is only
 listed when a stronger neighbour lifts it. The result says, per reached node, the value, the hop count,
 the seed its best path starts from, the edge type of the last step and the node before it
-(``SpreadHit``), so the path can be shown. Work is one vectorised neighbour read per hop and direction for
-all frontier nodes at once, ``fan_out`` neighbours per node.
+(``SpreadHit``), so the path can be shown.
+
+Work is one vectorised neighbour read per hop and direction for all frontier nodes at once, ``fan_out``
+neighbours per node, and bounded whatever the graph's degree: offers below ``min_value`` are dropped (a
+caller passes the value under which a memory cannot reach the results any more), each hop passes on
+from at most twice as many nodes as there are seeds (the best it improved: a turn's two neighbours
+each), and the best ``max_hits`` are returned. A conversation turn has two FOLLOWS
+neighbours; a densely linked memory may have hundreds of links, and without the bounds thirty seeds
+reached thousands of memories in two hops.
 """
 
 from __future__ import annotations
@@ -84,13 +91,15 @@ def propagate_relevance(
     forward: FloatArray,
     backward: FloatArray,
     fan_out: int = 8,
+    min_value: float = 0.0,
+    max_hits: int | None = None,
 ) -> dict[int, SpreadHit]:
     """Nodes whose best propagated relevance beats what they had, keyed by node (see the module text).
 
     ``seeds`` are node indices with their ``relevance`` (aligned, in [0, 1]); a seed listed twice keeps
     its larger value. ``forward`` / ``backward`` give the factor of each edge-type code along and against
     the edge (``context_damping``), each in [0, 1]. ``fan_out`` bounds the neighbours read per node, hop
-    and direction, heaviest edges first.
+    and direction, heaviest edges first; ``min_value`` and ``max_hits`` bound the result (module text).
     """
     if len(seeds) != len(relevance):
         raise ValueError(f"seeds and relevance must align, got {len(seeds)} and {len(relevance)}")
@@ -114,6 +123,7 @@ def propagate_relevance(
     directions = [(g, table) for g, table in zip((graph, _reversed(graph)), factors, strict=True) if table.any()]
     hits: dict[int, SpreadHit] = {}
     frontier = np.fromiter(best, dtype=np.int64, count=len(best))
+    breadth = 2 * frontier.size
     for hop in range(1, hops + 1):
         if frontier.size == 0:
             break
@@ -128,14 +138,23 @@ def propagate_relevance(
         order = np.lexsort((-offered, reached_nodes))
         reached, first = np.unique(reached_nodes[order], return_index=True)
         winners = order[first]
+        # Best offers first, so the cap keeps the strongest.
+        by_value = np.argsort(-offered[winners], kind="stable")
         improved: list[int] = []
-        for node, at in zip(reached.tolist(), winners.tolist(), strict=True):
+        for node, at in zip(reached[by_value].tolist(), winners[by_value].tolist(), strict=True):
             value = float(offered[at])
+            if value < min_value:
+                break
             if value <= best.get(node, 0.0):
                 continue
             via = int(frontier[owner[at]])
             best[node], origin[node] = value, origin[via]
             hits[node] = SpreadHit(value, hop, origin[via], edge_type_name(int(types[at])), via)
             improved.append(node)
-        frontier = np.asarray(improved, dtype=np.int64)
+        # `improved` is best first: only the strongest pass relevance on.
+        frontier = np.asarray(improved[:breadth], dtype=np.int64)
+    if max_hits is not None and len(hits) > max_hits:
+        # The strongest; a kept hit's path runs through stronger nodes, which are kept as well.
+        kept = sorted(hits, key=lambda n: -hits[n].score)[:max_hits]
+        hits = {n: hits[n] for n in kept}
     return hits

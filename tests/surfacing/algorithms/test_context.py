@@ -88,3 +88,24 @@ def test_bad_arguments_are_refused() -> None:
         propagate(graph, [5], [1.0])
     with pytest.raises(ValueError, match="per edge type"):
         propagate_relevance(graph, [0], [1.0], hops=1, forward=np.full(len(EDGE_TYPES), 1.5), backward=BACKWARD)
+
+
+def test_the_walk_is_bounded_by_a_minimum_value_and_a_number_of_hits() -> None:
+    # A hub linked to fifty memories, each linked to one more: a dense graph, not a conversation.
+    edges = [(0, i, "RELATED") for i in range(1, 51)] + [(i, 50 + i, "RELATED") for i in range(1, 51)]
+    graph = _graph(101, edges, weights=[1.0 - i / 100 for i in range(50)] + [1.0] * 50)
+    everything = propagate_relevance(graph, [0], [1.0], hops=2, forward=FORWARD, backward=BACKWARD, fan_out=100)
+    # Fifty memories at the first hop; the second passes on from the best two (twice the seeds) only.
+    assert len(everything) == 52
+    assert {everything[n].via for n in everything if everything[n].hops == 2} == {1, 2}
+    capped = propagate_relevance(
+        graph, [0], [1.0], hops=2, forward=FORWARD, backward=BACKWARD, fan_out=100, max_hits=10
+    )
+    assert len(capped) == 10
+    assert sorted(capped) == sorted(everything, key=lambda n: -everything[n].score)[:10]
+    assert all(hit.via == 0 or hit.via in capped for hit in capped.values())  # paths stay whole
+    floor = propagate_relevance(
+        graph, [0], [1.0], hops=2, forward=FORWARD, backward=BACKWARD, fan_out=100, min_value=0.7
+    )
+    assert floor and all(hit.score >= 0.7 for hit in floor.values())
+    assert all(hit.hops == 1 for hit in floor.values())  # 0.8 * 0.8 = 0.64 < 0.7 at the second hop
