@@ -330,11 +330,10 @@ def _spread_path(node: int, hits: Mapping[int, SpreadHit], subgraph: Subgraph) -
 
 @dataclass(frozen=True)
 class _Search:
-    """Search candidates: ids best first, normalised lexical and dense scores, fused relevance."""
+    """Search candidates: ids best first, normalised lexical score, fused relevance."""
 
     ids: list[uuid.UUID]
     lexical: FloatArray
-    dense: FloatArray
     relevance: FloatArray
     rows: selectors.CandidateRows
 
@@ -394,7 +393,6 @@ def _search_candidates(
     return _Search(
         ids=[ids[i] for i in order.tolist()],
         lexical=lexical[order],
-        dense=dense[order],
         relevance=relevance[order],
         rows=rows,
     )
@@ -540,6 +538,7 @@ def _declined_items(
     """The candidates ranked right after the returned ones, each with what held it down."""
     dropped = set(budget.dropped_for_budget.tolist())
     rank_of = {row: i + 1 for i, row in enumerate(order.tolist())}
+    weights = cfg.weights()
     declined = []
     for r in rows:
         mid = cands.ids[r]
@@ -547,7 +546,7 @@ def _declined_items(
         if r in dropped:
             factor, detail = "budget", f"ranked inside k but {int(tokens[r])} tokens did not fit max_tokens"
         else:
-            factor, detail = _declined_factor(breakdown, cfg.weights(), details.get(mid))
+            factor, detail = _declined_factor(breakdown, weights, details.get(mid))
         declined.append(
             DeclinedItem(
                 id=mid,
@@ -642,7 +641,8 @@ def get_working_context(
     spread_seeds = [mid for mid in found.ids if mid not in forced][: cfg.graph_seeds] if deep else []
     # Point queries are lookups ("invoices", "list decisions"): the memories around a hit would be noise.
     # Legacy mode reads context too unless it runs the seed's formula as written.
-    with_context = not point_query and (router or cfg.weights().profile is ScoreProfile.CALIBRATED)
+    weights = cfg.weights()
+    with_context = not point_query and (router or weights.profile is ScoreProfile.CALIBRATED)
     context_seeds = _context_seeds(cands, forced, cfg) if with_context else []
     subgraph = _walk_graph(workspace, context_seeds, spread_seeds, cfg)
     walks: list[tuple[_GraphResult, str, Callable[[SpreadHit], float]]] = []
@@ -696,7 +696,6 @@ def get_working_context(
             pin_weight[at] = weight
     subjects = [data.subject[r] for r in data_rows.tolist()]
     time_cue = None
-    weights = cfg.weights()
     if weights.profile is ScoreProfile.CALIBRATED and weights.time_weight > 0.0 and asks_when(query):
         texts = selectors.memory_texts(workspace=workspace, ids=cands.ids)
         time_cue = says_when([texts.get(mid, "") for mid in cands.ids]).astype(np.float64)
