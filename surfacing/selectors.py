@@ -36,7 +36,6 @@ __all__ = [
     "entity_memories",
     "memories_in_workspace",
     "memory_details",
-    "memory_texts",
     "most_recent",
     "session_pins",
     "workspace_settings",
@@ -340,22 +339,6 @@ def memory_details(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uu
         for raw_id, workspace_id, content, memory_type, retention, metadata in rows
         if workspace_id == workspace.pk
     }
-
-
-def memory_texts(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
-    """Content of the memories of ``workspace`` among ``ids`` (one primary-key query, the workspace checked
-    in Python as in memory_details)."""
-    unique = list(dict.fromkeys(ids))
-    if not unique:
-        return {}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT id, workspace_id, content FROM {Memory._meta.db_table} "
-            f"WHERE id IN ({','.join(['%s'] * len(unique))})",
-            _sql_ids(unique),
-        )
-        rows = cursor.fetchall()
-    return {as_uuid(raw): content for raw, workspace_id, content in rows if workspace_id == workspace.pk}
 
 
 def memories_in_workspace(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Memory]:

@@ -696,9 +696,13 @@ def get_working_context(
             pin_weight[at] = weight
     subjects = [data.subject[r] for r in data_rows.tolist()]
     time_cue = None
+    # Content is read for the returned rows anyway; a "when" question reads it for every candidate, once.
+    every_detail: dict[uuid.UUID, selectors.MemoryDetail] | None = None
     if weights.profile is ScoreProfile.CALIBRATED and weights.time_weight > 0.0 and asks_when(query):
-        texts = selectors.memory_texts(workspace=workspace, ids=cands.ids)
-        time_cue = says_when([texts.get(mid, "") for mid in cands.ids]).astype(np.float64)
+        every_detail = selectors.memory_details(workspace=workspace, ids=cands.ids)
+        time_cue = says_when([d.content if (d := every_detail.get(mid)) else "" for mid in cands.ids]).astype(
+            np.float64
+        )
         reasons.append(f"time_cue:{int(time_cue.sum())}_say_when")
     scored = score_candidates(
         CandidateSignals(
@@ -728,7 +732,9 @@ def get_working_context(
     if explain:
         chosen = set(selected)
         declined_rows = [r for r in order.tolist() if r not in chosen][:DECLINED_SHOWN]
-    details = selectors.memory_details(workspace=workspace, ids=[cands.ids[r] for r in [*selected, *declined_rows]])
+    details = every_detail or selectors.memory_details(
+        workspace=workspace, ids=[cands.ids[r] for r in [*selected, *declined_rows]]
+    )
     items = [
         ContextItem(
             id=cands.ids[r],

@@ -107,10 +107,10 @@ def test_a_query_shows_score_bars_strategy_and_provenance_paths(
     first = rows.first
     expect(first.locator(".badge.forced")).to_be_visible()
     expect(first.locator(".seg-anchor")).to_have_count(1)
-    # A memory reached by spreading names its edge and hop, with a clickable path from the seed.
-    spread = page.locator("#ranked tbody tr", has=page.locator(".pk-spread")).first
-    expect(spread.locator(".prov-how")).to_contain_text("hop")
-    seed_link = spread.locator("ol.path a").first
+    # A memory lifted by the hit that links to it names the edge and hop, with a clickable path from the seed.
+    walked = page.locator("#ranked tbody tr", has=page.locator(".pk-context")).first
+    expect(walked.locator(".prov-how")).to_contain_text("hop")
+    seed_link = walked.locator("ol.path a").first
     expect(seed_link).to_contain_text("seed:")
     expect(page.locator("#declined-h")).to_be_visible()
     assert page.locator("#declined-table tbody tr").count() > 0
@@ -163,19 +163,22 @@ def test_moving_a_slider_reranks_live_without_saving(
     run_query(page, slug)
     mark_page(page)
     before = ranked_ids(page)
-    # A one-year recency time constant stops burying the weeks-old decision thread.
+    # A heavy recency weight and a one-year time constant put this week's memories above the decision thread.
+    page.locator("#k-recency_weight").fill("2")
     page.locator(RECENCY_SLIDER).fill(str(math.log10(8760)))
     expect(page.locator("#o-recency_time_constant_hours")).to_have_text("8760 h")
-    expect(page.locator("#whatif-save")).to_contain_text("Recency time constant: 24 h → 8760 h")
+    expect(page.locator("#whatif-save")).to_contain_text("Recency time constant: 720 h → 8760 h")
+    expect(page.locator("#whatif-save")).to_contain_text("Recency weight: 0.1 → 2")
     after = ranked_ids(page)
     assert after != before
     assert same_document(page)
     assert "recency_time_constant_hours=8760" in page.url
     expect(page.locator("#knob-recency_time_constant_hours")).to_have_class("knob changed")
     screenshot(page, "inspector-whatif")
-    # Nothing was saved: the API still runs with the default.
+    # Nothing was saved: the API still runs with the defaults.
     settings = page.request.get(f"/api/v1/workspaces/{slug}/settings/").json()
-    assert settings["surfacing"]["recency_time_constant_hours"] == 24.0
+    assert settings["surfacing"]["recency_time_constant_hours"] == 720.0
+    assert settings["surfacing"]["recency_weight"] == 0.1
 
 
 def test_saved_settings_are_used_by_the_api(
@@ -185,7 +188,7 @@ def test_saved_settings_are_used_by_the_api(
     run_query(page, slug)
     page.locator("#k-centrality_weight").fill("1.5")
     page.get_by_label("Personalized PageRank").uncheck()
-    expect(page.locator("#whatif-save")).to_contain_text("Centrality weight: 0.5 → 1.5")
+    expect(page.locator("#whatif-save")).to_contain_text("Centrality weight: 0.2 → 1.5")
     expect(page.locator("#whatif-save")).to_contain_text("Personalized PageRank: on → off")
     page.locator("#save-settings").click()
     expect(page.locator("#whatif-save")).to_contain_text("Saved as the workspace's settings")
@@ -207,7 +210,7 @@ def test_a_viewer_can_try_settings_but_not_save_them(page: Page, demo: Callable[
     slug = demo("viewer")
     run_query(page, slug)
     page.locator("#k-centrality_weight").fill("1.5")
-    expect(page.locator("#whatif-save")).to_contain_text("Centrality weight: 0.5 → 1.5")
+    expect(page.locator("#whatif-save")).to_contain_text("Centrality weight: 0.2 → 1.5")
     expect(page.locator("#save-viewer-note")).to_be_visible()
     expect(page.locator("#save-settings")).to_have_count(0)
     csrf = next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
