@@ -163,16 +163,20 @@ def test_moving_a_slider_reranks_live_without_saving(
     run_query(page, slug)
     mark_page(page)
     before = ranked_ids(page)
-    # A heavy recency weight and a one-year time constant put this week's memories above the decision thread.
+    # A heavy recency weight with a one-day time constant puts today's working notes above the decision
+    # thread of six weeks ago.
     page.locator("#k-recency_weight").fill("2")
-    page.locator(RECENCY_SLIDER).fill(str(math.log10(8760)))
-    expect(page.locator("#o-recency_time_constant_hours")).to_have_text("8760 h")
-    expect(page.locator("#whatif-save")).to_contain_text("Recency time constant: 720 h → 8760 h")
+    page.locator(RECENCY_SLIDER).fill(str(math.log10(24)))
+    expect(page.locator("#o-recency_time_constant_hours")).to_have_text("24 h")
+    expect(page.locator("#whatif-save")).to_contain_text("Recency time constant: 720 h → 24 h")
     expect(page.locator("#whatif-save")).to_contain_text("Recency weight: 0.1 → 2")
-    after = ranked_ids(page)
-    assert after != before
+    page.wait_for_function(
+        "before => JSON.stringify([...document.querySelectorAll('#ranked tbody tr')].map(r => r.dataset.id))"
+        " !== JSON.stringify(before)",
+        arg=before,
+    )
     assert same_document(page)
-    assert "recency_time_constant_hours=8760" in page.url
+    assert "recency_time_constant_hours=24" in page.url and "recency_weight=2" in page.url
     expect(page.locator("#knob-recency_time_constant_hours")).to_have_class("knob changed")
     screenshot(page, "inspector-whatif")
     # Nothing was saved: the API still runs with the defaults.
