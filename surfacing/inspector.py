@@ -104,7 +104,7 @@ SEGMENT_LABELS = {
 PROVENANCE_LABELS = {
     "lexical": "lexical hit",
     "semantic": "semantic match",
-    "context": "conversation context",
+    "context": "context of a hit",
     "recent": "semantic match",
     "spread": "spread",
     "pinned": "pinned",
