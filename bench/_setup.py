@@ -18,6 +18,8 @@ def django_setup(db_name: str, *, fresh: bool) -> Path:
         for suffix in ("", "-wal", "-shm"):
             Path(str(path) + suffix).unlink(missing_ok=True)
     os.environ["DATABASE_URL"] = f"sqlite:///{path}"
+    # Each bench database numbers its workspaces from 1: their persisted vector indexes live apart.
+    os.environ.setdefault("VECTOR_INDEX_DIR", str(BENCH_DIR / f"{path.stem}-vectors"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smartmemory_site.settings")
     os.environ.setdefault("SIGNAL_BACKGROUND_FLUSH", "false")
     sys.path.insert(0, str(ROOT))
