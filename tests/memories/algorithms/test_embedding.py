@@ -34,7 +34,8 @@ from memories.algorithms.embedding import (
 )
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
-SHARED = PROJECT_ROOT.parent / "shared"
+# The project's own prose: a few thousand distinct English words, in the repository itself.
+CORPUS = sorted((PROJECT_ROOT / "docs").glob("*.md"))
 
 FIXED_SENTENCE = "Why did we pick JWT over session cookies behind the load balancer?"
 # sha256 of the 256-d hashing vector of FIXED_SENTENCE rounded to 6 decimals. It pins the hashing
@@ -105,9 +106,11 @@ def checksum(vec: NDArray[np.float32]) -> str:
     return hashlib.sha256((np.round(vec.astype(np.float64), 6) + 0.0).tobytes()).hexdigest()
 
 
-def seed_vocabulary() -> list[str]:
-    text = " ".join(p.read_text() for p in sorted((SHARED / "seeds").glob("*.txt")))
-    return sorted({w.lower() for w in re.findall(r"[A-Za-z]{2,}", text)})
+def corpus_vocabulary() -> list[str]:
+    text = " ".join(p.read_text(encoding="utf-8") for p in CORPUS)
+    words = sorted({w.lower() for w in re.findall(r"[A-Za-z]{2,}", text)})
+    assert len(words) > 1000, "the docs corpus is too small to draw random sentences from"
+    return words
 
 
 @pytest.fixture
@@ -172,7 +175,7 @@ def test_unrelated_sentences_are_near_zero(hashing: HashingEmbedder, a: str, b: 
 
 
 def test_near_duplicates_clear_085_across_many_random_sentences(hashing: HashingEmbedder) -> None:
-    words = seed_vocabulary()
+    words = corpus_vocabulary()
     rng = random.Random(20240601)
     originals, edited, unrelated = [], [], []
     for _ in range(400):
@@ -225,7 +228,7 @@ def test_the_vector_is_identical_in_another_process_with_another_hash_seed(
 
 def test_a_text_embeds_the_same_alone_or_inside_any_batch(hashing: HashingEmbedder) -> None:
     rng = random.Random(3)
-    words = seed_vocabulary()
+    words = corpus_vocabulary()
     # More texts than one internal block, so some rows cross the block boundary.
     texts = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 12))) for _ in range(9000)]
     batch = hashing.embed(texts)
@@ -268,7 +271,7 @@ def test_clearing_the_token_cache_does_not_change_vectors(
 
 def test_bulk_embedding_returns_one_unit_row_per_text(hashing: HashingEmbedder) -> None:
     # Sanity check at ingestion scale (the throughput itself is measured outside the test suite).
-    words = seed_vocabulary()
+    words = corpus_vocabulary()
     rng = random.Random(5)
     texts = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 14))) for _ in range(30_000)]
     vecs = hashing.embed(texts)
