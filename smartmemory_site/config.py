@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
+import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 EMBEDDER_CHOICES = ("hashing", "model2vec", "minilm")
@@ -65,37 +66,36 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 def database_from_env(base_dir: Path) -> dict[str, object]:
-    """Return Django's DATABASES["default"] for DATABASE_URL (SQLite file in var/ when unset)."""
+    """Return Django's DATABASES["default"] for DATABASE_URL (SQLite file in var/ when unset).
+
+    dj-database-url reads the URL (percent-encoded credentials included); this adds what the product
+    needs on top: only SQLite and PostgreSQL, a host and a database name for PostgreSQL, the SQLite
+    tuning of ``_sqlite`` and warm PostgreSQL connections.
+    """
     raw = env_str("DATABASE_URL")
     if not raw:
         return _sqlite(str(base_dir / "var" / "smartmemory.sqlite3"))
-    parts = urlsplit(raw)
-    scheme = parts.scheme.lower()
-    if scheme == "sqlite":
-        # sqlite:///relative/path or sqlite:////absolute/path, as dj-database-url reads it.
-        path = parts.path[1:] if parts.path.startswith("/") else parts.path
-        if not path or path == ":memory:":
-            return _sqlite(":memory:")
-        return _sqlite(path)
-    if scheme in {"postgres", "postgresql", "pgsql"}:
-        if not parts.hostname or not parts.path.strip("/"):
-            raise _fail("DATABASE_URL", raw, "postgres://USER[:PASSWORD]@HOST[:PORT]/NAME")
-        try:
-            port = parts.port
-        except ValueError:
-            raise _fail("DATABASE_URL", raw, "a numeric port") from None
-        # URLs carry reserved characters of credentials percent-encoded ("p%40ss" is "p@ss").
-        return {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": unquote(parts.path.strip("/")),
-            "USER": unquote(parts.username or ""),
-            "PASSWORD": unquote(parts.password or ""),
-            "HOST": parts.hostname,
-            "PORT": str(port or 5432),
-            "CONN_MAX_AGE": 60,
-            "CONN_HEALTH_CHECKS": True,
-        }
-    raise _fail("DATABASE_URL", raw, "a sqlite:/// or postgres:// URL")
+    expected = "a sqlite:/// or postgres://USER[:PASSWORD]@HOST[:PORT]/NAME URL"
+    try:
+        parsed = dj_database_url.parse(raw)
+    except (ValueError, dj_database_url.UnknownSchemeError):
+        raise _fail("DATABASE_URL", raw, expected) from None
+    engine = parsed.get("ENGINE")
+    name = str(parsed.get("NAME") or "")
+    if engine == "django.db.backends.sqlite3":
+        return _sqlite(name or ":memory:")
+    if engine != "django.db.backends.postgresql" or not parsed.get("HOST") or not name:
+        raise _fail("DATABASE_URL", raw, expected)
+    return {
+        "ENGINE": engine,
+        "NAME": name,
+        "USER": parsed.get("USER") or "",
+        "PASSWORD": parsed.get("PASSWORD") or "",
+        "HOST": parsed["HOST"],
+        "PORT": str(parsed.get("PORT") or 5432),
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
+    }
 
 
 def _sqlite(path: str) -> dict[str, object]:
