@@ -66,7 +66,7 @@ def _note(note: str) -> str:
 
 def _announce(workspace: Workspace, record: EvolutionRecord) -> None:
     payload = {"record_id": record.pk, "action": record.action}
-    transaction.on_commit(lambda: live.workspace_event(workspace.pk, CURATED_EVENT, payload), robust=True)
+    live.workspace_event_on_commit(workspace.pk, CURATED_EVENT, payload)
 
 
 def _save_changes(

@@ -895,11 +895,7 @@ def lower_similar_weights(*, workspace: Workspace, rejected: Proposal, rule_text
 
 def _announce(workspace: Workspace, proposal: Proposal) -> None:
     event = {"proposal_id": proposal.pk, "kind": proposal.kind, "status": proposal.status}
-
-    def send() -> None:
-        live.workspace_event(workspace.pk, proposals.DECIDED_EVENT, event)
-
-    transaction.on_commit(send, robust=True)
+    live.workspace_event_on_commit(workspace.pk, proposals.DECIDED_EVENT, event)
 
 
 proposals.register_proposal_applier(ProposalKind.STRATEGY, strategy_apply)

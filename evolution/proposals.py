@@ -295,7 +295,7 @@ def proposal_reject(
 
 def _announce(workspace: Workspace, proposal: Proposal) -> None:
     payload = {"proposal_id": proposal.pk, "kind": proposal.kind, "status": proposal.status}
-    transaction.on_commit(lambda: live.workspace_event(workspace.pk, DECIDED_EVENT, payload), robust=True)
+    live.workspace_event_on_commit(workspace.pk, DECIDED_EVENT, payload)
 
 
 # -- summary proposals ----------------------------------------------------------------------------

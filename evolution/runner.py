@@ -49,7 +49,7 @@ PROGRESS_EVENT = "evolution.progress"
 def _publish(workspace_id: int, payload: dict[str, Any]) -> None:
     snapshot = dict(payload)
     # robust: a channel layer that is down must not fail a run whose writes already committed.
-    transaction.on_commit(lambda: live.workspace_event(workspace_id, PROGRESS_EVENT, snapshot), robust=True)
+    live.workspace_event_on_commit(workspace_id, PROGRESS_EVENT, snapshot)
 
 
 def _set_progress(run: EvolutionRun, progress: dict[str, Any], on_progress: ProgressCallback | None) -> None:

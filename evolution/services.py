@@ -134,7 +134,7 @@ def record_revert(*, workspace: Workspace, record_id: int, actor: User | None) -
     now = timezone.now()
     (revert,) = _revert([record], actor, now)
     payload = {"record_id": record.pk, "revert_record_id": revert.pk}
-    transaction.on_commit(lambda: live.workspace_event(workspace.pk, REVERT_EVENT, payload), robust=True)
+    live.workspace_event_on_commit(workspace.pk, REVERT_EVENT, payload)
     return revert
 
 
@@ -164,5 +164,5 @@ def run_revert(*, workspace: Workspace, run: EvolutionRun, actor: User | None) -
     run.status = RunStatus.REVERTED
     run.save(update_fields=["status"])
     payload = {"run_id": str(run.id), "records": len(records)}
-    transaction.on_commit(lambda: live.workspace_event(workspace.pk, REVERT_EVENT, payload), robust=True)
+    live.workspace_event_on_commit(workspace.pk, REVERT_EVENT, payload)
     return reverts

@@ -29,7 +29,6 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.html import format_html
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from evolution import audit, curation, dream, engine, memdir_io, merges, page_selectors, proposals, services
@@ -65,6 +64,7 @@ from memories.forms import MemoryEditForm
 from memories.models import EdgeType, Memory, MemoryType, Status
 from memories.selectors import WorkspaceAccess
 from memories.views import Change, domain_errors
+from memories.web import safe_next
 
 TABS: Final = ("pending", "decided", "vetoed")
 QUEUE_PAGE: Final = 50
@@ -102,15 +102,6 @@ def _partial(request: HttpRequest, template: str, context: dict[str, Any], statu
     html = render_to_string(template, context, request=request)
     html += render_to_string("evolution/_messages.html", {"oob": True}, request=request)
     return HttpResponse(html, status=status)
-
-
-def _safe_next(request: HttpRequest, fallback: str) -> str:
-    candidate = request.POST.get("next") or request.GET.get("next") or ""
-    if candidate and url_has_allowed_host_and_scheme(
-        candidate, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return candidate
-    return fallback
 
 
 def _int(raw: str | None) -> int:
@@ -572,7 +563,7 @@ def _card_response(
     if _target(request) == f"proposal-{proposal_id}":
         return _partial(request, f"{QUEUE}#card", {"access": access, "card": card}, status)
     if status < 400:
-        return redirect(_safe_next(request, _url("proposals", access.workspace.slug)))
+        return redirect(safe_next(request, _url("proposals", access.workspace.slug)))
     if card.notice:
         messages.error(request, card.notice)
     return render(request, "evolution/proposal.html", {"access": access, "card": card, "form": None}, status=status)
@@ -600,7 +591,7 @@ def _decide(
             form.add_error(None, exc.detail)
             return _modify_response(request, access, _proposal(access, proposal_id), form, 400)
         return _card_response(request, access, proposal_id, 400, notice=f"Not applied: {exc.detail}")
-    back = _safe_next(request, _url("proposals", ws))
+    back = safe_next(request, _url("proposals", ws))
     text = f"Proposal #{decided.pk} {decided.status}: {decided.title}."
     if decided.applied_record_id is not None:
         undo = _revert_button(request, ws, decided.applied_record_id, back)
@@ -720,7 +711,7 @@ def proposal_bulk(request: HttpRequest, ws: str) -> HttpResponse:
             status = 409 if outcome.already and not outcome.failed else 400
     if _target(request) == "proposal-queue":
         return _partial(request, f"{QUEUE}#queue", _queue_context(request, access), status)
-    return redirect(_safe_next(request, _url("proposals", ws)))
+    return redirect(safe_next(request, _url("proposals", ws)))
 
 
 # -- contradictions -------------------------------------------------------------------------------
@@ -1124,7 +1115,7 @@ def run_revert(request: HttpRequest, ws: str, run_id: uuid.UUID) -> HttpResponse
         messages.error(request, f"Not reverted: {exc.detail}")
     else:
         messages.success(request, f"Reverted the run: {len(reverts)} records undone.")
-    return redirect(_safe_next(request, _url("run", ws, run_id=run.id)))
+    return redirect(safe_next(request, _url("run", ws, run_id=run.id)))
 
 
 @login_required
@@ -1132,7 +1123,7 @@ def run_revert(request: HttpRequest, ws: str, run_id: uuid.UUID) -> HttpResponse
 @domain_errors
 def record_revert(request: HttpRequest, ws: str, record_id: int) -> HttpResponse:
     access = _edit(request, ws)
-    back = _safe_next(request, _url("runs", ws))
+    back = safe_next(request, _url("runs", ws))
     try:
         services.record_revert(workspace=access.workspace, record_id=record_id, actor=request.user)
     except Conflict as exc:

@@ -6,6 +6,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.db import transaction
 
 
 def activation_group(workspace_id: int) -> str:
@@ -33,3 +34,9 @@ def activation_changed(changed: dict[int, list[tuple[str, float]]]) -> None:
 
 def workspace_event(workspace_id: int, event: str, payload: dict[str, Any]) -> None:
     group_send(workspace_group(workspace_id), {"type": "workspace.event", "event": event, "payload": payload})
+
+
+def workspace_event_on_commit(workspace_id: int, event: str, payload: dict[str, Any]) -> None:
+    """``workspace_event`` once the writing transaction has committed (at once outside one); a failure to
+    publish is logged by Django and never undoes the write."""
+    transaction.on_commit(lambda: workspace_event(workspace_id, event, payload), robust=True)

@@ -25,7 +25,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
-from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from evolution import audit
@@ -47,6 +47,7 @@ from memories.forms import (
 from memories.fragments import Row
 from memories.models import CompressionTier, Edge, Memory, RetrievalEvent, Status
 from memories.selectors import WorkspaceAccess
+from memories.web import safe_next
 
 P = ParamSpec("P")
 PAGE_SIZE = 50
@@ -76,15 +77,6 @@ def _is_partial(request: HttpRequest, target: str) -> bool:
     if not htmx:
         return False
     return not htmx.history_restore_request and htmx.target == target
-
-
-def _safe_next(request: HttpRequest, fallback: str) -> str:
-    candidate = request.POST.get("next") or request.GET.get("next") or ""
-    if candidate and url_has_allowed_host_and_scheme(
-        candidate, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return candidate
-    return fallback
 
 
 def _list_url(ws: str) -> str:
@@ -283,7 +275,7 @@ def memory_bulk(request: HttpRequest, ws: str) -> HttpResponse:
     """Two steps: without `confirm` show what will happen and to how many; with it, do it."""
     access = _edit_access(request, ws)
     form = BulkActionForm(request.POST)
-    back = _safe_next(request, _list_url(ws))
+    back = safe_next(request, _list_url(ws))
     partial = _is_partial(request, "bulk-dialog")
     if not form.is_valid():
         context = {"access": access, "form": form, "back": back, "count": 0}
@@ -330,7 +322,7 @@ def memory_bulk(request: HttpRequest, ws: str) -> HttpResponse:
 @domain_errors
 def record_revert(request: HttpRequest, ws: str, record_id: int) -> HttpResponse:
     access = _edit_access(request, ws)
-    back = _safe_next(request, _list_url(ws))
+    back = safe_next(request, _list_url(ws))
     try:
         evolution_services.record_revert(workspace=access.workspace, record_id=record_id, actor=request.user)
     except NotFound as exc:
@@ -679,7 +671,7 @@ def memory_edit(request: HttpRequest, ws: str, memory_id: uuid.UUID) -> HttpResp
 def _memory_post(request: HttpRequest, ws: str, memory_id: uuid.UUID) -> tuple[WorkspaceAccess, Memory, str]:
     access = _edit_access(request, ws)
     memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
-    return access, memory, _safe_next(request, _detail_url(ws, memory.id))
+    return access, memory, safe_next(request, _detail_url(ws, memory.id))
 
 
 def _row_or_redirect(

@@ -22,13 +22,13 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
 from memories import selectors as memory_selectors
 from memories.errors import InvalidInput
 from memories.selectors import WorkspaceAccess
 from memories.views import domain_errors
+from memories.web import safe_next
 from surfacing import inspector, selectors, services
 from surfacing.forms import SERVICE_FIELDS, InspectorForm, SettingsSaveForm
 
@@ -64,14 +64,6 @@ def _clean_query(data: QueryDict) -> str:
     for name in _NOT_IN_URL:
         kept.pop(name, None)
     return kept.urlencode()
-
-
-def _safe_next(request: HttpRequest, candidate: str, fallback: str) -> str:
-    if candidate and url_has_allowed_host_and_scheme(
-        candidate, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return candidate
-    return fallback
 
 
 @login_required
@@ -154,7 +146,7 @@ def inspector_save(request: HttpRequest, ws: str) -> HttpResponse:
             return _save_box(request, access, 403, save_error=detail)
         raise PermissionDenied(detail)
     form = SettingsSaveForm(request.POST)
-    back = _safe_next(request, str(request.POST.get("next") or ""), _page_url(ws))
+    back = safe_next(request, _page_url(ws))
     error = ""
     message = ""
     saved_controls: list[inspector.Control] = []

@@ -206,3 +206,12 @@ def test_unsafe_next_is_ignored(browser: Client, three: list[Memory]) -> None:
         BULK, {"ids": [str(three[0].id)], "action": "pin", "confirm": "true", "next": "https://evil.example/"}
     )
     assert response["Location"] == "/w/acme/"
+
+
+@pytest.mark.parametrize("target", ["x", "memories", "//evil.example/"])
+def test_a_next_that_is_not_a_local_path_redirects_to_the_list(
+    browser: Client, three: list[Memory], target: str
+) -> None:
+    response = browser.post(BULK, {"ids": [str(three[0].id)], "action": "pin", "confirm": "true", "next": target})
+    assert response.status_code == 302
+    assert response["Location"] == "/w/acme/"
