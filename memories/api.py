@@ -83,7 +83,7 @@ def filters_from_query(params: Any) -> selectors.MemoryFilters:
 
 
 class WorkspaceListCreateApi(APIView):
-    @extend_schema(responses={200: serializers.WorkspaceOut(many=True)})
+    @extend_schema(responses={200: serializers.WorkspacePageOut})
     def get(self, request: Request) -> Response:
         rows = selectors.workspace_list_for_user(user=request.user)
         return Response({"results": [serializers.workspace_json(a.workspace, a.role) for a in rows]})
@@ -159,7 +159,7 @@ class MemoryDetailApi(APIView):
         )
         return Response(serializers.memory_json(memory, timezone.now(), workspace=access.workspace))
 
-    @extend_schema(request=serializers.MemoryIn, responses={200: serializers.MemoryOut, **ERRORS})
+    @extend_schema(request=serializers.MemoryPatchIn, responses={200: serializers.MemoryOut, **ERRORS})
     def patch(self, request: Request, ws: str, memory_id: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
@@ -218,7 +218,7 @@ class EdgeCreateApi(APIView):
 
 
 class MemoryEdgesApi(APIView):
-    @extend_schema(responses={200: serializers.EdgeOut(many=True), **ERRORS})
+    @extend_schema(responses={200: serializers.EdgePageOut, **ERRORS})
     def get(self, request: Request, ws: str, memory_id: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
         memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)

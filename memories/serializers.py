@@ -99,7 +99,7 @@ class ActivationOut(serializers.Serializer[Any]):
 
 class MemoryOut(serializers.Serializer[Any]):
     id = serializers.UUIDField()
-    workspace = serializers.CharField()
+    workspace = serializers.CharField(help_text="the workspace's slug")
     content = serializers.CharField()
     memory_type = serializers.CharField()
     subject = serializers.CharField()
@@ -113,15 +113,22 @@ class MemoryOut(serializers.Serializer[Any]):
     pinned = serializers.BooleanField()
     activation = ActivationOut()
     retention_score = serializers.FloatField()
+    stability = serializers.FloatField(help_text="Ebbinghaus stability, hours")
     access_count = serializers.IntegerField()
+    last_accessed = serializers.DateTimeField(allow_null=True)
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+    valid_from = serializers.DateTimeField(allow_null=True)
+    valid_to = serializers.DateTimeField(allow_null=True)
     conflicts_with = serializers.ListField(child=serializers.CharField())
-    replace_log = serializers.ListField(child=serializers.CharField())
+    replace_log = serializers.ListField(child=serializers.JSONField())
     replace_count = serializers.IntegerField()
+    version = serializers.IntegerField()
     drift_flags = serializers.ListField(child=serializers.JSONField())
     summarizes = serializers.ListField(child=serializers.CharField())
     summarized_by = serializers.UUIDField(allow_null=True)
+    superseded_by = serializers.UUIDField(allow_null=True)
+    retrieval_profile = serializers.JSONField(help_text="how and when this memory has been retrieved")
     metadata = serializers.JSONField()
 
 
@@ -133,7 +140,27 @@ class MemoryIn(serializers.Serializer[Any]):
     origin = serializers.CharField(required=False)
     confidence = serializers.FloatField(required=False)
     tier = serializers.CharField(required=False)
+    status = serializers.CharField(required=False)
+    pinned = serializers.BooleanField(required=False)
     created_at = serializers.DateTimeField(required=False)
+    valid_from = serializers.DateTimeField(required=False, allow_null=True)
+    valid_to = serializers.DateTimeField(required=False, allow_null=True)
+    metadata = serializers.JSONField(required=False)
+
+
+class MemoryPatchIn(serializers.Serializer[Any]):
+    """PATCH: any of the editable fields; others are refused naming the field."""
+
+    content = serializers.CharField(required=False)
+    memory_type = serializers.CharField(required=False)
+    subject = serializers.CharField(required=False)
+    tags = serializers.ListField(child=serializers.CharField(), required=False)
+    confidence = serializers.FloatField(required=False)
+    tier = serializers.CharField(required=False)
+    status = serializers.CharField(required=False)
+    pinned = serializers.BooleanField(required=False)
+    valid_from = serializers.DateTimeField(required=False, allow_null=True)
+    valid_to = serializers.DateTimeField(required=False, allow_null=True)
     metadata = serializers.JSONField(required=False)
 
 
@@ -159,6 +186,7 @@ class TurnIn(serializers.Serializer[Any]):
 class SessionIn(serializers.Serializer[Any]):
     started_at = serializers.DateTimeField()
     turns = TurnIn(many=True)
+    session_id = serializers.CharField(required=False, max_length=128)
 
 
 class ConversationIn(serializers.Serializer[Any]):
@@ -181,6 +209,13 @@ class EdgeOut(serializers.Serializer[Any]):
     type = serializers.CharField()
     weight = serializers.FloatField()
     co_retrieval_count = serializers.IntegerField()
+    first_co_retrieved_at = serializers.DateTimeField(allow_null=True)
+    last_co_retrieved_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+
+
+class EdgePageOut(serializers.Serializer[Any]):
+    results = EdgeOut(many=True)
 
 
 class WorkspaceIn(serializers.Serializer[Any]):
@@ -193,6 +228,10 @@ class WorkspaceOut(serializers.Serializer[Any]):
     slug = serializers.SlugField()
     name = serializers.CharField()
     role = serializers.CharField(required=False)
+
+
+class WorkspacePageOut(serializers.Serializer[Any]):
+    results = WorkspaceOut(many=True)
 
 
 class ErrorOut(serializers.Serializer[Any]):

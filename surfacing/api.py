@@ -138,6 +138,12 @@ class ContextItemOut(drf.Serializer[Any]):
     provenance = ProvenanceOut()
 
 
+class DeclinedItemOut(ContextItemOut):
+    rank = drf.IntegerField(help_text="where it ranked among all candidates")
+    factor = drf.ChoiceField(choices=["budget", "low_activation", "interference", "low_relevance", "recency"])
+    detail = drf.CharField()
+
+
 class ContextOut(drf.Serializer[Any]):
     decision_id = drf.UUIDField()
     strategy_used = drf.CharField()
@@ -147,11 +153,13 @@ class ContextOut(drf.Serializer[Any]):
     items = ContextItemOut(many=True)
     tokens_used = drf.IntegerField()
     drift_warnings = drf.ListField(child=drf.DictField())
+    declined = DeclinedItemOut(many=True, required=False, help_text="only with explain: true")
 
 
 class SearchIn(drf.Serializer[Any]):
     query = drf.CharField()
     k = drf.IntegerField(required=False, min_value=1, max_value=100, default=10)
+    session_id = drf.CharField(required=False, allow_blank=True)
 
 
 class SearchHitOut(MemoryOut):
@@ -159,6 +167,7 @@ class SearchHitOut(MemoryOut):
 
 
 class SearchOut(drf.Serializer[Any]):
+    result_set = drf.UUIDField(help_text="the id of the recorded retrieval events")
     results = SearchHitOut(many=True)
 
 

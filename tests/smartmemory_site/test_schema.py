@@ -82,3 +82,151 @@ def test_token_authentication_is_declared(schema: dict[str, Any]) -> None:
 def test_conflicts_are_documented_where_they_happen(schema: dict[str, Any]) -> None:
     assert "409" in schema["paths"]["/api/v1/workspaces/"]["post"]["responses"]
     assert "409" in schema["paths"]["/api/v1/workspaces/{ws}/edges/"]["post"]["responses"]
+
+
+# -- documented == returned -------------------------------------------------------------------------
+
+
+def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """A schema node with its $ref (and a one-branch allOf/oneOf, as drf-spectacular writes nullable
+    references) followed."""
+    while True:
+        if "$ref" in node:
+            node = schema["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]]
+        elif len(node.get("allOf", ())) == 1:
+            node = node["allOf"][0]
+        elif "oneOf" in node and len([n for n in node["oneOf"] if "$ref" in n]) == 1:
+            node = next(n for n in node["oneOf"] if "$ref" in n)
+        else:
+            return node
+
+
+def _mismatches(schema: dict[str, Any], node: dict[str, Any], value: Any, where: str) -> list[str]:
+    """Where ``value`` (a real response) has keys the schema does not document, or lacks documented ones."""
+    node = _resolve(schema, node)
+    if isinstance(value, dict) and "properties" in node:
+        documented, returned = set(node["properties"]), set(value)
+        found = []
+        # Fields documented as not required (a workspace's role, say) may be absent.
+        missing = sorted((documented - returned) & set(node.get("required", documented)))
+        if missing:
+            found.append(f"{where}: documented but not returned: {missing}")
+        if returned - documented:
+            found.append(f"{where}: returned but not documented: {sorted(returned - documented)}")
+        for key in documented & returned:
+            found += _mismatches(schema, node["properties"][key], value[key], f"{where}.{key}")
+        return found
+    if isinstance(value, list) and value and "items" in node:
+        return _mismatches(schema, node["items"], value[0], f"{where}[0]")
+    return []
+
+
+def _response_schema(schema: dict[str, Any], path: str, method: str, code: int) -> dict[str, Any]:
+    content = schema["paths"][path][method]["responses"][str(code)]["content"]
+    node: dict[str, Any] = content["application/json"]["schema"]
+    return node
+
+
+def test_every_memory_endpoint_returns_exactly_what_it_documents(
+    schema: dict[str, Any], api: Any, workspace: Any
+) -> None:
+    base = "/api/v1/workspaces/acme/"
+    calls: list[tuple[str, str, str, dict[str, Any] | None, int]] = [
+        ("/api/v1/workspaces/", "get", "/api/v1/workspaces/", None, 200),
+        ("/api/v1/workspaces/", "post", "/api/v1/workspaces/", {"slug": "beta", "name": "Beta"}, 201),
+    ]
+    first = api.post(base + "memories/", {"content": "We picked JWT", "memory_type": "decision"}, format="json")
+    second = api.post(base + "memories/", {"content": "Sticky sessions are off"}, format="json")
+    assert first.status_code == second.status_code == 201
+    one, two = first.json()["id"], second.json()["id"]
+    calls += [
+        ("/api/v1/workspaces/{ws}/memories/", "post", base + "memories/", {"content": "Tokens expire in 15 min"}, 201),
+        ("/api/v1/workspaces/{ws}/memories/", "get", base + "memories/", None, 200),
+        ("/api/v1/workspaces/{ws}/memories/{memory_id}/", "get", f"{base}memories/{one}/", None, 200),
+        ("/api/v1/workspaces/{ws}/memories/{memory_id}/", "patch", f"{base}memories/{one}/", {"tags": ["auth"]}, 200),
+        (
+            "/api/v1/workspaces/{ws}/edges/",
+            "post",
+            base + "edges/",
+            {"source": one, "target": two, "type": "RELATED"},
+            201,
+        ),
+        ("/api/v1/workspaces/{ws}/memories/{memory_id}/edges/", "get", f"{base}memories/{one}/edges/", None, 200),
+        ("/api/v1/workspaces/{ws}/memories/bulk/", "post", base + "memories/bulk/", {"items": [{"content": "a"}]}, 201),
+        (
+            "/api/v1/workspaces/{ws}/conversations/",
+            "post",
+            base + "conversations/",
+            {"sessions": [{"started_at": "2026-01-02T10:00:00Z", "turns": [{"speaker": "ann", "text": "hi"}]}]},
+            201,
+        ),
+        ("/api/v1/workspaces/{ws}/memories/{memory_id}/", "delete", f"{base}memories/{two}/", None, 200),
+    ]
+    problems: list[str] = []
+    for documented_path, method, real_path, body, code in calls:
+        response = getattr(api, method)(real_path, body, format="json") if body else getattr(api, method)(real_path)
+        assert response.status_code == code, (method, real_path, response.content)
+        node = _response_schema(schema, documented_path, method, code)
+        problems += _mismatches(schema, node, response.json(), f"{method.upper()} {documented_path}")
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_documented_inputs_are_the_fields_the_api_accepts(schema: dict[str, Any]) -> None:
+    from memories.inputs import EDITABLE_FIELDS, KNOWN_MEMORY_FIELDS
+
+    def fields_of(path: str, method: str) -> set[str]:
+        body = schema["paths"][path][method]["requestBody"]["content"]["application/json"]["schema"]
+        return set(_resolve(schema, body)["properties"])
+
+    assert fields_of("/api/v1/workspaces/{ws}/memories/", "post") == KNOWN_MEMORY_FIELDS
+    assert fields_of("/api/v1/workspaces/{ws}/memories/{memory_id}/", "patch") == EDITABLE_FIELDS
+
+
+def test_every_surfacing_endpoint_returns_exactly_what_it_documents(
+    schema: dict[str, Any], api: Any, workspace: Any
+) -> None:
+    base = "/api/v1/workspaces/acme/"
+    decision = api.post(base + "memories/", {"content": "We picked JWT", "memory_type": "decision"}, format="json")
+    api.post(base + "memories/", {"content": "Answer in English", "memory_type": "anchor"}, format="json")
+    reason = api.post(base + "memories/", {"content": "JWT needs no sticky sessions"}, format="json")
+    one, two = decision.json()["id"], reason.json()["id"]
+    api.post(base + "edges/", {"source": one, "target": two, "type": "RELATED"}, format="json")
+    question = {"session_id": "s1", "query": "why did we pick JWT?", "k": 1, "explain": True}
+    calls: list[tuple[str, str, str, dict[str, Any] | None, int]] = [
+        (
+            "/api/v1/workspaces/{ws}/sessions/{sid}/pins/{memory_id}/",
+            "put",
+            f"{base}sessions/s1/pins/{two}/",
+            {"weight": 2},
+            200,
+        ),
+        ("/api/v1/workspaces/{ws}/context/", "post", base + "context/", {**question, "mode": "router"}, 200),
+        ("/api/v1/workspaces/{ws}/context/", "post", base + "context/", {**question, "mode": "legacy"}, 200),
+        ("/api/v1/workspaces/{ws}/search/", "post", base + "search/", {"query": "JWT", "k": 5}, 200),
+        ("/api/v1/workspaces/{ws}/settings/", "get", base + "settings/", None, 200),
+        (
+            "/api/v1/workspaces/{ws}/settings/",
+            "patch",
+            base + "settings/",
+            {"surfacing": {"candidate_multiplier": None}},
+            200,
+        ),
+    ]
+    problems: list[str] = []
+    for documented_path, method, real_path, body, code in calls:
+        response = getattr(api, method)(real_path, body, format="json") if body else getattr(api, method)(real_path)
+        assert response.status_code == code, (method, real_path, response.content)
+        node = _response_schema(schema, documented_path, method, code)
+        problems += _mismatches(schema, node, response.json(), f"{method.upper()} {documented_path}")
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_documented_surfacing_inputs_are_the_fields_the_api_accepts(schema: dict[str, Any]) -> None:
+    from surfacing.api import CONTEXT_FIELDS, SEARCH_FIELDS
+
+    def fields_of(path: str) -> set[str]:
+        body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        return set(_resolve(schema, body)["properties"])
+
+    assert fields_of("/api/v1/workspaces/{ws}/context/") == CONTEXT_FIELDS
+    assert fields_of("/api/v1/workspaces/{ws}/search/") == SEARCH_FIELDS
