@@ -50,6 +50,7 @@ def test_a_redis_that_does_not_answer_is_named_in_a_503(client: Client, settings
     assert "ConnectionError" in body["checks"]["redis"]["error"]
 
 
+@pytest.mark.services
 def test_a_configured_redis_that_answers_is_healthy(client: Client, settings: Any) -> None:
     settings.REDIS_URL = LIVE_REDIS
     response = client.get("/healthz")
@@ -85,6 +86,7 @@ def test_a_bolt_graph_store_that_does_not_answer_is_named_in_a_503(client: Clien
     assert checks["neo4j"]["error"]
 
 
+@pytest.mark.services
 def test_a_bolt_graph_store_that_answers_is_healthy(client: Client, neo4j_backend: Any) -> None:
     neo4j_backend.NEO4J_URI = LIVE_BOLT
     response = client.get("/healthz")
