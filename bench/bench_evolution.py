@@ -260,7 +260,7 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
 def naive_record(
     workspace: Any, evolver: str, action: str, mid: uuid.UUID, before: Any, after: Any, now: datetime
 ) -> None:
-    from evolution.models import EvolutionRecord, RecordLink
+    from history.models import EvolutionRecord, RecordLink
 
     record = EvolutionRecord.objects.create(
         workspace=workspace,

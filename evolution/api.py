@@ -17,7 +17,8 @@ from rest_framework.views import APIView
 
 from evolution import selectors, services
 from evolution.evolvers.base import REASONS
-from evolution.models import EvolutionRecord, EvolutionRun
+from evolution.models import EvolutionRun
+from history.models import EvolutionRecord
 from memories import selectors as memory_selectors
 from memories.errors import Forbidden, InvalidInput
 from memories.serializers import ErrorOut, iso_z

@@ -18,7 +18,8 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from evolution.models import EvolutionRecord, EvolutionRun, RecordLink
+from evolution.models import EvolutionRun
+from history.models import EvolutionRecord, RecordLink
 from memories.errors import Conflict
 from memories.models import Edge, Memory, Workspace
 

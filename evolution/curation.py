@@ -39,7 +39,8 @@ from django.utils import timezone
 
 from evolution import audit, proposals, runner
 from evolution.evolvers import resolve_names
-from evolution.models import Action, EvolutionRecord, EvolutionRun, Proposal, RunStatus
+from evolution.models import EvolutionRun, Proposal, RunStatus
+from history.models import Action, EvolutionRecord
 from memories import live
 from memories.errors import Conflict, InvalidInput, NotFound
 from memories.models import Memory, Status, Workspace

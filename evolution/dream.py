@@ -54,17 +54,8 @@ from evolution.engine import (
     reflection_fields,
     reflection_record,
 )
-from evolution.models import (
-    Action,
-    DreamReport,
-    EvolutionRecord,
-    EvolutionRun,
-    Outcome,
-    OutcomeResult,
-    Proposal,
-    ProposalStatus,
-    RunStatus,
-)
+from evolution.models import DreamReport, EvolutionRun, Outcome, OutcomeResult, Proposal, ProposalStatus, RunStatus
+from history.models import Action, EvolutionRecord
 from memories.errors import NotFound
 from memories.models import Memory, MemoryType, RetrievalEvent, RetrievalSource, Status, Tier, Workspace
 

@@ -40,7 +40,8 @@ from django.utils import timezone
 
 from evolution import audit, proposals
 from evolution.algorithms import engine as algo
-from evolution.models import Action, EvolutionRecord, Outcome, OutcomeResult, Proposal, ProposalKind, ProposalStatus
+from evolution.models import Outcome, OutcomeResult, Proposal, ProposalKind, ProposalStatus
+from history.models import Action, EvolutionRecord
 from memories import live
 from memories.errors import InvalidInput
 from memories.inputs import MAX_CONTENT_CHARS, MemoryInput, origin_tier, parse_when

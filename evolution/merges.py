@@ -27,9 +27,10 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from evolution import audit
 from evolution.algorithms.merge import merged_tags
 from evolution.derived import insert_derived
-from evolution.models import Action, EvolutionRecord, Proposal, ProposalKind, ProposalStatus
+from evolution.models import Proposal, ProposalKind, ProposalStatus
 from evolution.proposals import register_proposal_applier, reviewer_changed
 from evolution.selectors import EpochSeconds, IdText
+from history.models import Action, EvolutionRecord
 from memories.errors import Conflict, InvalidInput
 from memories.inputs import MAX_TAGS
 from memories.models import Edge, EdgeType, Memory, Status, Workspace

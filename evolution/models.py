@@ -1,15 +1,12 @@
-"""Evolution runs, their audited records, proposals awaiting a person, and the engine's inputs."""
+"""Evolution runs, proposals awaiting a person, and the engine's inputs (records live in ``history``)."""
 
 from __future__ import annotations
 
-import json
 import uuid
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import orjson
 from django.conf import settings
 from django.db import models
-from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from memories.models import Workspace
@@ -20,27 +17,6 @@ class RunStatus(models.TextChoices):
     COMPLETED = "completed"
     FAILED = "failed"
     REVERTED = "reverted"
-
-
-class Action(models.TextChoices):
-    FLAG = "flag"
-    ANNOTATE = "annotate"
-    CREATE = "create"
-    RESOLVE = "resolve"
-    SUPERSEDE = "supersede"
-    REVERT = "revert"
-    DECAY = "decay"
-    BOOST = "boost"
-    ARCHIVE = "archive"
-    RESTORE = "restore"
-    PROMOTE = "promote"
-    DEMOTE = "demote"
-    COMPRESS = "compress"
-    REHYDRATE = "rehydrate"
-    REPLACE = "replace"
-    UPDATE = "update"
-    LINK = "link"
-    DELETE = "delete"
 
 
 class EvolutionRun(models.Model):
@@ -63,88 +39,6 @@ class EvolutionRun(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.id} ({'dry' if self.dry_run else 'applied'})"
-
-
-class RecordJSONEncoder(json.JSONEncoder):
-    """The JSON of record columns, written by orjson: the same values as the stdlib encoder, compact.
-
-    A 100k-memory cycle writes ~135k memory entries into before/after, where the stdlib encoder took over
-    a second. Records are only ever read back as values, so the text form does not matter (memory columns,
-    which revert must restore byte for byte, keep Django's encoder). A value orjson refuses (an integer
-    beyond 64 bits, say) goes through the stdlib encoder, which raises for what JSON cannot hold.
-    """
-
-    _OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
-
-    def encode(self, o: Any) -> str:
-        try:
-            return orjson.dumps(o, option=self._OPTIONS).decode()
-        except orjson.JSONEncodeError:
-            return super().encode(o)
-
-
-class EvolutionRecord(models.Model):
-    """One audited action. `before`/`after` hold exactly the field values needed to undo it."""
-
-    # No single-column indexes: rec_ws_time and rec_run_id lead with these keys.
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="evolution_records", db_index=False)
-    run = models.ForeignKey(
-        EvolutionRun, null=True, blank=True, on_delete=models.CASCADE, related_name="records", db_index=False
-    )
-    evolver = models.CharField(max_length=64)
-    action = models.CharField(max_length=12, choices=Action.choices)
-    input_ids = models.JSONField(default=list, encoder=RecordJSONEncoder)
-    output_ids = models.JSONField(default=list, encoder=RecordJSONEncoder)
-    reason = models.TextField(blank=True, default="")
-    # {memory_id: {field: value}} for updates; {"created": [...]} / {"edges": [...]} for creations.
-    before = models.JSONField(default=dict, blank=True, encoder=RecordJSONEncoder)
-    after = models.JSONField(default=dict, blank=True, encoder=RecordJSONEncoder)
-    dry_run = models.BooleanField(default=False)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    reverted_at = models.DateTimeField(null=True, blank=True)
-    reverted_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reverts")
-    timestamp = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        indexes: ClassVar = [
-            # Run pages list their records in order.
-            models.Index(fields=["run", "id"], name="rec_run_id"),
-            # Audit views of a workspace, newest first.
-            models.Index(fields=["workspace", "timestamp"], name="rec_ws_time"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.evolver}.{self.action} #{self.pk}"
-
-
-class RowidKey(models.BigAutoField):  # type: ignore[type-arg]
-    """An auto key that SQLite assigns without AUTOINCREMENT (elsewhere a plain BigAutoField).
-
-    AUTOINCREMENT makes SQLite read and rewrite the table's sqlite_sequence entry for every inserted row,
-    which cost about a third of inserting a record link. Without it a new key is the largest key + 1: a key
-    can come back only after the newest links were deleted, and nothing refers to a link by its key.
-    """
-
-    def db_type_suffix(self, connection: BaseDatabaseWrapper) -> str | None:
-        # Django's Field.db_type_suffix (which the stubs do not declare), minus SQLite's suffix.
-        return None if connection.vendor == "sqlite" else connection.data_types_suffix.get(self.get_internal_type())
-
-
-class RecordLink(models.Model):
-    """Which memories a record touched, so a memory's history is one indexed lookup."""
-
-    id = RowidKey(primary_key=True)
-    record = models.ForeignKey(EvolutionRecord, on_delete=models.CASCADE, related_name="links")
-    memory_id = models.UUIDField()
-
-    class Meta:
-        indexes: ClassVar = [
-            # GET memories/{id}/history: WHERE memory_id ORDER BY record DESC.
-            models.Index(fields=["memory_id", "record"], name="reclink_memory"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.record_id}->{self.memory_id}"
 
 
 class ProposalKind(models.TextChoices):
@@ -183,7 +77,7 @@ class Proposal(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_reason = models.TextField(blank=True, default="")
     applied_record = models.ForeignKey(
-        EvolutionRecord, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "history.EvolutionRecord", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
 
     class Meta:

@@ -14,7 +14,8 @@ from typing import Any, Final
 from django.db.models import Count, Q
 
 from evolution.curation import CURATION_EVOLVER
-from evolution.models import Action, EvolutionRecord, EvolutionRun, Proposal, ProposalKind, ProposalStatus, RecordLink
+from evolution.models import EvolutionRun, Proposal, ProposalKind, ProposalStatus
+from history.models import Action, EvolutionRecord, RecordLink
 from memories.models import Memory, Status, Workspace
 
 DECIDED: Final = (ProposalStatus.APPROVED, ProposalStatus.REJECTED, ProposalStatus.MODIFIED)

@@ -61,7 +61,7 @@ from evolution.algorithms.typed import (
     policy_for,
 )
 from evolution.evolvers.base import write_rows
-from evolution.models import Action, EvolutionRecord
+from history.models import Action, EvolutionRecord
 from memories.errors import InvalidInput
 from memories.models import Memory, MemoryType, Status, Workspace
 

@@ -29,7 +29,8 @@ from django.utils import timezone
 
 from evolution import audit
 from evolution.derived import created_after, derived_memory, insert_derived
-from evolution.models import Action, EvolutionRecord, Proposal, ProposalKind, ProposalStatus
+from evolution.models import Proposal, ProposalKind, ProposalStatus
+from history.models import Action, EvolutionRecord
 from memories import live
 from memories.errors import Conflict, InvalidInput, NotFound
 from memories.inputs import MAX_CONTENT_CHARS, validate_confidence, validate_content

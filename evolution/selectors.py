@@ -22,7 +22,8 @@ from django.db.models import BooleanField, CharField, ExpressionWrapper, F, Floa
 from django.db.models.fields.json import KT
 from django.db.models.sql.constants import MULTI
 
-from evolution.models import EvolutionRecord, EvolutionRun, RecordLink, RunStatus
+from evolution.models import EvolutionRun, RunStatus
+from history.models import EvolutionRecord, RecordLink
 from memories.bulk import uuid_hex
 from memories.errors import InvalidInput, NotFound
 from memories.models import (

@@ -17,7 +17,8 @@ from django.utils import timezone
 
 from evolution import audit, runner
 from evolution.evolvers import resolve_names
-from evolution.models import Action, EvolutionRecord, EvolutionRun, RunStatus
+from evolution.models import EvolutionRun, RunStatus
+from history.models import Action, EvolutionRecord
 from memories import live
 from memories.errors import Conflict, NotFound
 from memories.models import Workspace

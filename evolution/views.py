@@ -46,17 +46,9 @@ from evolution.forms import (
     RunStartForm,
     modify_form,
 )
-from evolution.models import (
-    Action,
-    DreamReport,
-    EvolutionRecord,
-    EvolutionRun,
-    Proposal,
-    ProposalKind,
-    ProposalStatus,
-    RunStatus,
-)
+from evolution.models import DreamReport, EvolutionRun, Proposal, ProposalKind, ProposalStatus, RunStatus
 from evolution.typed_selectors import contradiction_clusters
+from history.models import Action, EvolutionRecord
 from memories import selectors as memory_selectors
 from memories import services as memory_services
 from memories.errors import Conflict, InvalidInput

@@ -15,7 +15,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from evolution import audit
-from evolution.models import Action, EvolutionRecord
+from history.models import Action, EvolutionRecord
 from memories.algorithms.entities import extract_entities
 from memories.algorithms.sortkey import activation_sort_key
 from memories.bulk import bulk_insert, new_instance

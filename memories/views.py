@@ -31,7 +31,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from evolution import audit
 from evolution import services as evolution_services
 from evolution.audit import CREATED_MEMORIES
-from evolution.models import Action, EvolutionRecord
+from history.models import Action, EvolutionRecord
 from memories import selectors, services
 from memories.algorithms.activation import decayed_activation, hours_since, project_decay_curve
 from memories.errors import Conflict, Forbidden, InvalidInput, NotFound

@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "channels",
+    "history",
     "memories",
     "surfacing",
     "evolution",

@@ -31,7 +31,8 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.models import JSONField
 
 from evolution import audit
-from evolution.models import EvolutionRecord, EvolutionRun, RecordLink
+from evolution.models import EvolutionRun
+from history.models import EvolutionRecord, RecordLink
 from memories.bulk import uuid_hex
 from memories.errors import InvalidInput
 from memories.models import Memory, MemoryScore, Workspace

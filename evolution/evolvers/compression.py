@@ -34,7 +34,8 @@ from evolution.algorithms.compression import (
 from evolution.algorithms.text import join_phrases
 from evolution.evolvers.base import EvolutionResult, MemoryUpdates, register, update_records, write_memory_updates
 from evolution.llm import LLMClient, default_client
-from evolution.models import Action, EvolutionRun
+from evolution.models import EvolutionRun
+from history.models import Action
 from memories.models import Workspace
 
 SETTING = "compression_enabled"

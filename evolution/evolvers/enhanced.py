@@ -55,7 +55,8 @@ from evolution.evolvers.base import (
     write_memory_updates,
     write_rows,
 )
-from evolution.models import Action, EvolutionRecord, EvolutionRun
+from evolution.models import EvolutionRun
+from history.models import Action, EvolutionRecord
 from memories.algorithms.embedding import stack_embeddings
 from memories.algorithms.sortkey import activation_sort_key
 from memories.embedding_service import memories_embed

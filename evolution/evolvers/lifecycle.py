@@ -45,7 +45,8 @@ from evolution.evolvers.base import (
     write_memory_updates,
 )
 from evolution.evolvers.typed import number_setting, types_setting
-from evolution.models import Action, EvolutionRecord, EvolutionRun
+from evolution.models import EvolutionRun
+from history.models import Action, EvolutionRecord
 from memories.inputs import MAX_CONTENT_CHARS
 from memories.models import EdgeType, Memory, MemoryType, Status, Workspace
 

@@ -33,8 +33,9 @@ from evolution.evolvers.base import (
     write_memory_updates,
 )
 from evolution.llm import LLMClient, default_client
-from evolution.models import Action, EvolutionRecord, EvolutionRun, ProposalKind, RecordLink
+from evolution.models import EvolutionRun, ProposalKind
 from evolution.proposals import ProposalDraft, proposals_recorded
+from history.models import Action, EvolutionRecord, RecordLink
 from memories.embeddings import embedder_for
 from memories.errors import InvalidInput, NotFound
 from memories.models import MemoryType, Status, Workspace

@@ -3,7 +3,7 @@
 
 from django.db import migrations, models
 
-import evolution.models
+import history.models
 
 
 class Migration(migrations.Migration):
@@ -17,22 +17,22 @@ class Migration(migrations.Migration):
                 migrations.AlterField(
                     model_name="evolutionrecord",
                     name="after",
-                    field=models.JSONField(blank=True, default=dict, encoder=evolution.models.RecordJSONEncoder),
+                    field=models.JSONField(blank=True, default=dict, encoder=history.models.RecordJSONEncoder),
                 ),
                 migrations.AlterField(
                     model_name="evolutionrecord",
                     name="before",
-                    field=models.JSONField(blank=True, default=dict, encoder=evolution.models.RecordJSONEncoder),
+                    field=models.JSONField(blank=True, default=dict, encoder=history.models.RecordJSONEncoder),
                 ),
                 migrations.AlterField(
                     model_name="evolutionrecord",
                     name="input_ids",
-                    field=models.JSONField(default=list, encoder=evolution.models.RecordJSONEncoder),
+                    field=models.JSONField(default=list, encoder=history.models.RecordJSONEncoder),
                 ),
                 migrations.AlterField(
                     model_name="evolutionrecord",
                     name="output_ids",
-                    field=models.JSONField(default=list, encoder=evolution.models.RecordJSONEncoder),
+                    field=models.JSONField(default=list, encoder=history.models.RecordJSONEncoder),
                 ),
             ],
             database_operations=[],

@@ -1,9 +1,9 @@
-# Record links keyed without SQLite's AUTOINCREMENT (see evolution.models.RowidKey). SQLite rebuilds the
+# Record links keyed without SQLite's AUTOINCREMENT (see history.models.RowidKey). SQLite rebuilds the
 # table once; on PostgreSQL the column does not change.
 
 from django.db import migrations
 
-import evolution.models
+import history.models
 
 
 class Migration(migrations.Migration):
@@ -15,6 +15,6 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name="recordlink",
             name="id",
-            field=evolution.models.RowidKey(primary_key=True, serialize=False),
+            field=history.models.RowidKey(primary_key=True, serialize=False),
         ),
     ]

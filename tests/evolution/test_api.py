@@ -11,7 +11,8 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from evolution.models import EvolutionRecord, EvolutionRun
+from evolution.models import EvolutionRun
+from history.models import EvolutionRecord
 from memories.models import Memory, Role, Workspace
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]

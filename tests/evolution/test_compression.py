@@ -12,7 +12,7 @@ from evolution.algorithms.text import join_phrases, key_phrases
 from evolution.evolvers import compression
 from evolution.evolvers.compression import CompressionLadder
 from evolution.llm import FakeClient, LLMError
-from evolution.models import EvolutionRecord
+from history.models import EvolutionRecord
 from memories import services as memory_services
 from memories.models import CompressionTier, Memory, Workspace
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from evolution import dream, engine, services
-from evolution.models import DreamReport, EvolutionRecord, EvolutionRun, Outcome, Proposal
+from evolution.models import DreamReport, EvolutionRun, Outcome, Proposal
+from history.models import EvolutionRecord
 from memories.models import Memory, RetrievalEvent, Workspace
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,9 @@ import pytest
 
 from evolution import engine, proposals
 from evolution.algorithms.engine import REVIEW_TASK_TYPE, strategy_key
-from evolution.models import EvolutionRecord, Outcome, Proposal, ProposalKind, ProposalStatus
+from evolution.models import Outcome, Proposal, ProposalKind, ProposalStatus
 from evolution.services import record_revert
+from history.models import EvolutionRecord
 from memories.errors import Conflict, InvalidInput
 from memories.models import Memory, MemoryType, Status, Workspace
 

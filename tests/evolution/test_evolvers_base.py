@@ -21,7 +21,7 @@ from evolution.evolvers.base import (
     update_records,
     write_rows,
 )
-from evolution.models import EvolutionRecord, RecordLink
+from history.models import EvolutionRecord, RecordLink
 from memories.errors import InvalidInput
 from memories.models import Edge, EdgeType, Memory, Workspace
 

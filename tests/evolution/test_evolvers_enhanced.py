@@ -12,7 +12,7 @@ import pytest
 from evolution.algorithms.consolidation import WorkingItem, cluster_working
 from evolution.algorithms.retrieval import retrieval_boost
 from evolution.evolvers.enhanced import cluster_buffer, iso_milliseconds
-from evolution.models import EvolutionRecord
+from history.models import EvolutionRecord
 from memories.models import Edge, EdgeType, Memory, Workspace
 from surfacing.graphstore import CO_RETRIEVED_FULL_COUNT
 

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from evolution.evolvers import default_cycle, resolve_names
-from evolution.models import EvolutionRecord, Proposal, ProposalStatus
+from evolution.models import Proposal, ProposalStatus
 from evolution.proposals import proposal_reject
+from history.models import EvolutionRecord
 from memories.algorithms.embedding import to_bytes
 from memories.embeddings import default_embedder
 from memories.models import Memory, Workspace

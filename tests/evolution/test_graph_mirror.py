@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from evolution import services
-from evolution.models import EvolutionRecord
+from history.models import EvolutionRecord
 from memories.models import EdgeType, Memory, Status
 from surfacing.graphstore_neo4j import Neo4jGraphStore
 from tests.evolution.conftest import EvolutionKit

@@ -14,7 +14,7 @@ from django.db import connection
 from evolution import selectors
 from evolution.evolvers import base
 from evolution.evolvers.base import EvolutionResult
-from evolution.models import EvolutionRecord
+from history.models import EvolutionRecord
 from memories.models import Edge, Memory, Workspace
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]

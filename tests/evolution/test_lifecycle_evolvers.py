@@ -9,7 +9,7 @@ import pytest
 
 from evolution import services
 from evolution.evolvers import default_cycle
-from evolution.models import EvolutionRecord
+from history.models import EvolutionRecord
 from memories.models import Edge, EdgeType, Memory, Status, Workspace
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from evolution.models import Action, EvolutionRecord, RecordJSONEncoder
+from history.models import Action, EvolutionRecord, RecordJSONEncoder
 from memories.models import Status
 
 
@@ -47,7 +47,7 @@ def test_a_saved_record_reads_back_its_before_and_after(kit: Any) -> None:
 def test_record_links_get_increasing_keys_without_sqlite_autoincrement(kit: Any) -> None:
     from django.db import connection
 
-    from evolution.models import RecordLink
+    from history.models import RecordLink
 
     record = EvolutionRecord.objects.create(workspace=kit.workspace, evolver="E", action=Action.DECAY)
     first, second = RecordLink.objects.bulk_create(

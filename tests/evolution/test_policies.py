@@ -12,8 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evolution.models import EvolutionRecord
 from evolution.policies import EVOLVER, apply_write_policies, validate_policy_overrides
+from history.models import EvolutionRecord
 from memories import services
 from memories.algorithms.embedding import to_bytes
 from memories.embeddings import default_embedder

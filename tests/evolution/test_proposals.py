@@ -7,13 +7,14 @@ from typing import Any
 import pytest
 
 from evolution import services as evolution_services
-from evolution.models import EvolutionRecord, Proposal, ProposalStatus
+from evolution.models import Proposal, ProposalStatus
 from evolution.proposals import (
     proposal_approve,
     proposal_create,
     proposal_reject,
     register_proposal_applier,
 )
+from history.models import EvolutionRecord
 from memories.errors import Conflict, InvalidInput, NotFound
 from memories.models import Edge, EdgeType, Memory, Workspace
 

@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 import pytest
 
 from evolution.evolvers import EVOLVERS, EvolutionResult, default_cycle
-from evolution.models import EvolutionRecord, EvolutionRun, RunStatus
+from evolution.models import EvolutionRun, RunStatus
+from history.models import EvolutionRecord
 from memories.errors import InvalidInput
 from memories.models import Memory, Workspace
 

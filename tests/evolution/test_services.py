@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from evolution import selectors, services
-from evolution.models import EvolutionRecord, RunStatus
+from evolution.models import RunStatus
+from history.models import EvolutionRecord
 from memories import services as memory_services
 from memories.errors import Conflict
 from memories.models import Edge, Memory

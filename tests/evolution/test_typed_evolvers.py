@@ -14,8 +14,9 @@ from evolution.evolvers.typed import (
     goal_resolution_revert,
 )
 from evolution.llm import FakeClient
-from evolution.models import EvolutionRecord, Proposal, ProposalStatus
+from evolution.models import Proposal, ProposalStatus
 from evolution.proposals import proposal_approve
+from history.models import EvolutionRecord
 from memories import services as memory_services
 from memories.algorithms.embedding import to_bytes
 from memories.embeddings import default_embedder

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from evolution.models import EvolutionRecord
+from history.models import EvolutionRecord
 from memories import services
 from memories.algorithms.embedding import to_bytes
 from memories.embeddings import default_embedder

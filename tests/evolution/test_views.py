@@ -21,17 +21,9 @@ from django.utils import timezone
 
 from evolution import curation, engine, memdir_io, proposals, services
 from evolution.consumers import RunProgressConsumer
-from evolution.models import (
-    DreamReport,
-    EvolutionRecord,
-    EvolutionRun,
-    Outcome,
-    Proposal,
-    ProposalKind,
-    ProposalStatus,
-    RunStatus,
-)
+from evolution.models import DreamReport, EvolutionRun, Outcome, Proposal, ProposalKind, ProposalStatus, RunStatus
 from evolution.runner import PROGRESS_EVENT
+from history.models import EvolutionRecord
 from memories import services as memory_services
 from memories.inputs import MemoryInput
 from memories.live import workspace_group

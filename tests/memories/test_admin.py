@@ -10,7 +10,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from evolution.audit import record_build, records_save
-from evolution.models import Action, Proposal
+from evolution.models import Proposal
+from history.models import Action
 from memories import services
 from memories.models import EdgeType, Memory, Workspace
 
@@ -54,7 +55,7 @@ CHANGELISTS = [
     "/admin/memories/workspace/",
     "/admin/memories/memory/",
     "/admin/memories/edge/",
-    "/admin/evolution/evolutionrecord/",
+    "/admin/history/evolutionrecord/",
     "/admin/evolution/proposal/",
 ]
 
@@ -116,8 +117,8 @@ def test_a_memory_change_page_shows_audit_fields_read_only(admin_client: Client,
 
 def test_evolution_records_cannot_be_added_or_edited_by_hand(admin_client: Client, story: dict[str, Any]) -> None:
     record = story["record"]
-    assert admin_client.get("/admin/evolution/evolutionrecord/add/").status_code == 403
-    page = admin_client.get(f"/admin/evolution/evolutionrecord/{record.pk}/change/").content.decode()
+    assert admin_client.get("/admin/history/evolutionrecord/add/").status_code == 403
+    page = admin_client.get(f"/admin/history/evolutionrecord/{record.pk}/change/").content.decode()
     assert "decayed after a quiet month" in page
     assert 'name="reason"' not in page
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from evolution.models import EvolutionRecord
+from history.models import EvolutionRecord
 from memories.models import Edge, Memory, Workspace
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from evolution.models import Action, EvolutionRecord, RecordLink
+from history.models import Action, EvolutionRecord, RecordLink
 from memories import selectors, services
 from memories.algorithms.sortkey import activation_sort_key
 from memories.errors import Conflict, InvalidInput

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from evolution.models import EvolutionRecord
+from history.models import EvolutionRecord
 from memories.models import Memory, Role, Status, Workspace
 
 # Also run on PostgreSQL by `make test`: the pages drive the bulk, revert and rehydrate services.

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from evolution.models import EvolutionRecord
+from history.models import EvolutionRecord
 from memories import services
 from memories.inputs import MemoryInput
 from memories.models import AuditEntry, CompressionTier, Edge, Memory, RetrievalEvent, Role, Status, Workspace

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from evolution import audit
 from evolution.derived import insert_derived
-from evolution.models import Action
+from history.models import Action
 from memories import services
 from memories.inputs import SessionInput, TurnInput
 from memories.models import Edge, Memory, Workspace
