@@ -151,7 +151,7 @@ def generate(count: int, seed: int = 7) -> None:
     from django.contrib.auth import get_user_model
     from django.db import connection, transaction
 
-    from evolution import audit
+    from history import audit
     from memories import services
     from memories.models import Memory
 

@@ -15,12 +15,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.errors import Forbidden, InvalidInput
 from evolution import selectors, services
 from evolution.evolvers.base import REASONS
 from evolution.models import EvolutionRun
 from history.models import EvolutionRecord
+from history.revert import REVERTED_RECORD
 from memories import selectors as memory_selectors
-from memories.errors import Forbidden, InvalidInput
+from memories import services as memory_services
 from memories.serializers import ErrorOut, iso_z
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
@@ -244,7 +246,7 @@ class EvolutionRunRevertApi(APIView):
             {
                 "run_id": str(run.id),
                 "status": run.status,
-                "reverted_records": [r.after.get(services.REVERTED_RECORD) for r in reverts],
+                "reverted_records": [r.after.get(REVERTED_RECORD) for r in reverts],
                 "revert_records": [r.pk for r in reverts],
             }
         )
@@ -263,7 +265,7 @@ class EvolutionRecordRevertApi(APIView):
     def post(self, request: Request, ws: str, record_id: str) -> Response:
         access = memory_selectors.workspace_access(user=request.user, slug=ws, require="edit")
         record = selectors.record_get(workspace=access.workspace, record_id=record_id)
-        revert = services.record_revert(workspace=access.workspace, record_id=record.pk, actor=request.user)
+        revert = memory_services.record_revert(workspace=access.workspace, record_id=record.pk, actor=request.user)
         record.refresh_from_db()
         return Response({"reverted": record_json(record), "revert_record": record_json(revert)})
 

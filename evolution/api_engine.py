@@ -20,12 +20,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.errors import InvalidInput
 from evolution import dream, engine, memdir_io
 from evolution.api_proposals import proposal_json
 from evolution.models import DreamReport, Outcome
 from memories import selectors
 from memories.api_errors import error_response
-from memories.errors import InvalidInput
 from memories.serializers import ErrorOut, MemoryOut, iso_z, memory_json
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}

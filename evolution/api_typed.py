@@ -11,10 +11,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.errors import InvalidInput
 from evolution import typed_selectors
 from evolution.evolvers.typed import goal_resolution_revert
 from memories import selectors
-from memories.errors import InvalidInput
 from memories.serializers import ErrorOut, MemoryOut, memory_json
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}

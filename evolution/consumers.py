@@ -10,10 +10,10 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.template.loader import render_to_string
 
+from core.errors import DomainError
 from evolution import page_selectors
 from evolution.runner import PROGRESS_EVENT
 from evolution.views import RUN, run_context
-from memories.errors import DomainError
 from memories.live import workspace_group
 from memories.selectors import WorkspaceAccess, workspace_access
 

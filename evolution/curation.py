@@ -37,12 +37,13 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connections, transaction
 from django.utils import timezone
 
-from evolution import audit, proposals, runner
+from core.errors import Conflict, InvalidInput, NotFound
+from evolution import proposals, runner
 from evolution.evolvers import resolve_names
 from evolution.models import EvolutionRun, Proposal, RunStatus
+from history import audit
 from history.models import Action, EvolutionRecord
 from memories import live
-from memories.errors import Conflict, InvalidInput, NotFound
 from memories.models import Memory, Status, Workspace
 
 log = logging.getLogger(__name__)

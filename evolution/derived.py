@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from evolution import audit
+from history import audit
 from memories.algorithms.sortkey import activation_sort_key
 from memories.embedding_service import memories_embed
 from memories.inputs import MAX_TAGS, origin_tier

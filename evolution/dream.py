@@ -43,7 +43,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from evolution import audit, dream_proposals
+from core.errors import NotFound
+from evolution import dream_proposals
 from evolution.algorithms import tiers
 from evolution.algorithms.engine import REVIEW_TASK_TYPE, lesson_key
 from evolution.engine import (
@@ -55,8 +56,8 @@ from evolution.engine import (
     reflection_record,
 )
 from evolution.models import DreamReport, EvolutionRun, Outcome, OutcomeResult, Proposal, ProposalStatus, RunStatus
+from history import audit
 from history.models import Action, EvolutionRecord
-from memories.errors import NotFound
 from memories.models import Memory, MemoryType, RetrievalEvent, RetrievalSource, Status, Tier, Workspace
 
 User = AbstractBaseUser | AnonymousUser

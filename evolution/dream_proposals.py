@@ -30,14 +30,15 @@ from typing import Any, Final
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-from evolution import audit, engine
+from core.errors import Conflict, InvalidInput
+from evolution import engine
 from evolution.algorithms import engine as algo
 from evolution.algorithms.reflection import week_patterns
 from evolution.derived import created_after, derived_memory, insert_derived
 from evolution.models import Proposal, ProposalKind, ProposalStatus
 from evolution.proposals import ProposalDraft, proposals_create, register_proposal_applier, reviewer_changed
+from history import audit
 from history.models import Action, EvolutionRecord
-from memories.errors import Conflict, InvalidInput
 from memories.inputs import MAX_CONTENT_CHARS, origin_tier
 from memories.models import Edge, EdgeType, Memory, MemoryType, Status, Tier, Workspace
 from memories.services import default_origin

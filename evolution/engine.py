@@ -38,12 +38,13 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.utils import timezone
 
-from evolution import audit, proposals
+from core.errors import InvalidInput
+from evolution import proposals
 from evolution.algorithms import engine as algo
 from evolution.models import Outcome, OutcomeResult, Proposal, ProposalKind, ProposalStatus
+from history import audit
 from history.models import Action, EvolutionRecord
 from memories import live
-from memories.errors import InvalidInput
 from memories.inputs import MAX_CONTENT_CHARS, MemoryInput, origin_tier, parse_when
 from memories.models import Memory, MemoryType, Status, Tier, Workspace
 from memories.services import default_origin, memories_create

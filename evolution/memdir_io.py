@@ -46,6 +46,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.utils import timezone
 
+from core.errors import DomainError, InvalidInput
 from evolution import dream
 from evolution.algorithms import memdir, tiers
 from evolution.algorithms.engine import strategy_key
@@ -66,7 +67,6 @@ from evolution.engine import (
     sensor_id,
 )
 from evolution.models import Outcome, OutcomeResult, Proposal, ProposalKind, ProposalStatus
-from memories.errors import DomainError, InvalidInput
 from memories.inputs import MAX_CONTENT_CHARS, MemoryInput
 from memories.models import AuditEntry, Memory, MemoryType, Status, Tier, Workspace
 from memories.services import memories_create

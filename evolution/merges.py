@@ -24,16 +24,17 @@ from typing import Any, Final
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-from evolution import audit
+from core.errors import Conflict, InvalidInput
 from evolution.algorithms.merge import merged_tags
 from evolution.derived import insert_derived
 from evolution.models import Proposal, ProposalKind, ProposalStatus
 from evolution.proposals import register_proposal_applier, reviewer_changed
 from evolution.selectors import EpochSeconds, IdText
+from history import audit
 from history.models import Action, EvolutionRecord
-from memories.errors import Conflict, InvalidInput
 from memories.inputs import MAX_TAGS
 from memories.models import Edge, EdgeType, Memory, Status, Workspace
+from memories.revert import decode_value
 from memories.selectors import embedding_of
 
 User = AbstractBaseUser | AnonymousUser
@@ -177,12 +178,12 @@ def merge_apply(workspace: Workspace, proposal: Proposal, actor: User | None, no
     for mid, values in planned.items():
         memory = rows[mid]
         # The exact current values (not the preview's) are what revert puts back.
-        was, now_values = audit.memory_changes(memory, {k: audit.decode_value(k, v) for k, v in values.items()})
+        was, now_values = audit.memory_changes(memory, {k: decode_value(k, v) for k, v in values.items()})
         if not now_values:
             continue
         before[mid], after[mid] = was, now_values
         for name in now_values:
-            setattr(memory, name, audit.decode_value(name, values[name]))
+            setattr(memory, name, decode_value(name, values[name]))
         changed.setdefault(tuple(sorted(now_values)), []).append(memory)
     for names, group in changed.items():
         Memory.objects.bulk_update(group, list(names), batch_size=500)

@@ -49,7 +49,7 @@ from typing import Any
 
 from django.db.models.functions import Lower, Trim
 
-from evolution import audit
+from core.errors import InvalidInput
 from evolution.algorithms.typed import (
     CORRECTION_TYPE,
     ConflictAction,
@@ -61,8 +61,8 @@ from evolution.algorithms.typed import (
     policy_for,
 )
 from evolution.evolvers.base import write_rows
+from history import audit
 from history.models import Action, EvolutionRecord
-from memories.errors import InvalidInput
 from memories.models import Memory, MemoryType, Status, Workspace
 
 EVOLVER = "WritePolicy"

@@ -27,12 +27,12 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.utils import timezone
 
-from evolution import audit
+from core.errors import Conflict, InvalidInput, NotFound
 from evolution.derived import created_after, derived_memory, insert_derived
 from evolution.models import Proposal, ProposalKind, ProposalStatus
+from history import audit
 from history.models import Action, EvolutionRecord
 from memories import live
-from memories.errors import Conflict, InvalidInput, NotFound
 from memories.inputs import MAX_CONTENT_CHARS, validate_confidence, validate_content
 from memories.models import EdgeType, Memory, MemoryType, Workspace
 

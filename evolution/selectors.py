@@ -22,10 +22,10 @@ from django.db.models import BooleanField, CharField, ExpressionWrapper, F, Floa
 from django.db.models.fields.json import KT
 from django.db.models.sql.constants import MULTI
 
+from core.errors import InvalidInput, NotFound
 from evolution.models import EvolutionRun, RunStatus
 from history.models import EvolutionRecord, RecordLink
 from memories.bulk import uuid_hex
-from memories.errors import InvalidInput, NotFound
 from memories.models import (
     Edge,
     EdgeType,

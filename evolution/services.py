@@ -1,4 +1,4 @@
-"""Evolution writes: run evolvers, revert a record, revert a run.
+"""Evolution writes: run evolvers, revert a run (one record: memories.services.record_revert).
 
 `evolution_run` is the one service that is not a single transaction: each evolver commits on its own
 (see evolution.runner), so a failing evolver never takes the work of the others down with it. Reverts
@@ -9,27 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.utils import timezone
 
-from evolution import audit, runner
+from core.errors import Conflict
+from evolution import runner
 from evolution.evolvers import resolve_names
 from evolution.models import EvolutionRun, RunStatus
-from history.models import Action, EvolutionRecord
+from history import audit
+from history.models import EvolutionRecord
+from history.revert import revert_records
 from memories import live
-from memories.errors import Conflict, NotFound
 from memories.models import Workspace
+from memories.services import REVERT_EVENT
 
 User = AbstractBaseUser | AnonymousUser
-REVERT_EVENT = "evolution.reverted"
-# Informational keys of a revert record's `after` (not read back by audit: a revert is undone by a
-# revert of the revert only when no row had to be deleted).
-REVERTED_RECORD = "reverted_record"
-DELETED_MEMORIES = "deleted_memories"
-DELETED_EDGES = "deleted_edges"
 
 
 def evolution_run(
@@ -58,87 +54,6 @@ def evolution_run(
     return runner.cycle_run(run=run, names=names, now=run.started_at, on_progress=on_progress)
 
 
-def _revert_record_for(record: EvolutionRecord, actor: User | None, now: datetime) -> EvolutionRecord:
-    """The audit record of undoing `record`: its before/after swapped (memory fields and edge fields)."""
-    before: dict[str, Any] = {}
-    after: dict[str, Any] = {REVERTED_RECORD: record.pk}
-    for key, fields in record.after.items():
-        if audit._is_uuid(key):
-            before[key] = fields
-    for key, fields in record.before.items():
-        if audit._is_uuid(key):
-            after[key] = fields
-    if record.after.get(audit.EDGE_CHANGES):
-        before[audit.EDGE_CHANGES] = record.after[audit.EDGE_CHANGES]
-    if record.before.get(audit.EDGE_CHANGES):
-        after[audit.EDGE_CHANGES] = record.before[audit.EDGE_CHANGES]
-    if record.after.get(audit.CREATED_MEMORIES):
-        after[DELETED_MEMORIES] = record.after[audit.CREATED_MEMORIES]
-    if record.after.get(audit.CREATED_EDGES):
-        after[DELETED_EDGES] = record.after[audit.CREATED_EDGES]
-    return audit.record_build(
-        workspace=record.workspace,
-        evolver=record.evolver,
-        action=Action.REVERT,
-        reason=f"revert of record {record.pk} ({record.evolver} {record.action}): {record.reason}"[:2000],
-        input_ids=record.output_ids,
-        output_ids=record.input_ids,
-        before=before,
-        after=after,
-        actor=actor,
-        now=now,
-    )
-
-
-def _check_revertible(record: EvolutionRecord) -> None:
-    if record.action == Action.REVERT and (record.after.get(DELETED_MEMORIES) or record.after.get(DELETED_EDGES)):
-        raise Conflict(
-            f"record {record.pk} reverted a change by deleting the rows it had created; they cannot be "
-            "recreated exactly. Run the evolver again instead.",
-            code="not_revertible",
-        )
-    audit.record_revert_plan(record)
-
-
-def _revert(records: Sequence[EvolutionRecord], actor: User | None, now: datetime) -> list[EvolutionRecord]:
-    """Check and undo each record in the given order (newest first); the caller holds the transaction."""
-    reverts: list[EvolutionRecord] = []
-    for record in records:
-        _check_revertible(record)
-        audit.record_apply_revert(record)
-        # Saved at once: the dependency check of the next (older) record must see this one as undone.
-        record.reverted_at = now
-        record.save(update_fields=["reverted_at"])
-        reverts.append(_revert_record_for(record, actor, now))
-    saved = audit.records_save(reverts)
-    for record, revert in zip(records, saved, strict=True):
-        record.reverted_by = revert
-    EvolutionRecord.objects.bulk_update(list(records), ["reverted_by"], batch_size=500)
-    return saved
-
-
-@transaction.atomic
-def record_revert(*, workspace: Workspace, record_id: int, actor: User | None) -> EvolutionRecord:
-    """Undo one record exactly and return the revert record; Conflict (409) when it cannot be.
-
-    Refused when the record is a dry run, was already reverted, is a hard delete, or a later change
-    touched the same fields, memories or edges (revert that one first).
-    """
-    record = (
-        EvolutionRecord.objects.select_for_update()
-        .select_related("workspace")
-        .filter(workspace=workspace, pk=record_id)
-        .first()
-    )
-    if record is None:
-        raise NotFound(f"record {record_id} not found in workspace {workspace.slug!r}", field="record_id")
-    now = timezone.now()
-    (revert,) = _revert([record], actor, now)
-    payload = {"record_id": record.pk, "revert_record_id": revert.pk}
-    live.workspace_event_on_commit(workspace.pk, REVERT_EVENT, payload)
-    return revert
-
-
 @transaction.atomic
 def run_revert(*, workspace: Workspace, run: EvolutionRun, actor: User | None) -> list[EvolutionRecord]:
     """Undo every not-yet-reverted record of an applied run, newest first, all or nothing.
@@ -161,7 +76,7 @@ def run_revert(*, workspace: Workspace, run: EvolutionRun, actor: User | None) -
         .order_by("-id")
     )
     now = timezone.now()
-    reverts = _revert(records, actor, now)
+    reverts = revert_records(records, actor, now)
     run.status = RunStatus.REVERTED
     run.save(update_fields=["status"])
     payload = {"run_id": str(run.id), "records": len(records)}

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import InvalidInput, NotFound
 from evolution.algorithms.compression import FULL_MIN_ACTIVATION, PROTECTED_ORIGIN_TIER
 from evolution.algorithms.typed import contradiction_clusters as cluster_algorithm
 from evolution.models import Proposal, ProposalKind, ProposalStatus
 from evolution.selectors import EpochSeconds, IdText
 from memories.algorithms.embedding import BLOB_DTYPE, Embedder, FloatMatrix
-from memories.errors import InvalidInput, NotFound
 from memories.models import CompressionTier, Memory, MemoryType, Status, Workspace
 from memories.selectors import embedding_of
 

@@ -31,7 +31,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from evolution import audit, curation, dream, engine, memdir_io, merges, page_selectors, proposals, services
+from core.errors import Conflict, InvalidInput
+from evolution import curation, dream, engine, memdir_io, merges, page_selectors, proposals, services
 from evolution.algorithms.engine import REVIEW_TASK_TYPE
 from evolution.evolvers.base import REASONS
 from evolution.forms import (
@@ -48,10 +49,10 @@ from evolution.forms import (
 )
 from evolution.models import DreamReport, EvolutionRun, Proposal, ProposalKind, ProposalStatus, RunStatus
 from evolution.typed_selectors import contradiction_clusters
+from history import audit
 from history.models import Action, EvolutionRecord
 from memories import selectors as memory_selectors
 from memories import services as memory_services
-from memories.errors import Conflict, InvalidInput
 from memories.forms import MemoryEditForm
 from memories.models import EdgeType, Memory, MemoryType, Status
 from memories.selectors import WorkspaceAccess
@@ -1117,7 +1118,7 @@ def record_revert(request: HttpRequest, ws: str, record_id: int) -> HttpResponse
     access = _edit(request, ws)
     back = safe_next(request, _url("runs", ws))
     try:
-        services.record_revert(workspace=access.workspace, record_id=record_id, actor=request.user)
+        memory_services.record_revert(workspace=access.workspace, record_id=record_id, actor=request.user)
     except Conflict as exc:
         messages.error(request, f"Not reverted: {exc.detail}")
     else:

@@ -11,9 +11,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.errors import InvalidInput
 from memories import inputs, selectors, serializers, services
 from memories.algorithms.activation import BOOST_DIRECT
-from memories.errors import InvalidInput
 from memories.models import RetrievalSource
 from memories.signalbus import retrieval_signals
 

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from memories.errors import DomainError
+from core.errors import DomainError
 
 
 def error_response(code: str, detail: Any, status_code: int, field: str | None = None) -> Response:

@@ -9,8 +9,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from core.errors import DomainError
 from memories.algorithms.activation import decayed_activation
-from memories.errors import DomainError
 from memories.live import activation_group
 from memories.models import Memory
 from memories.selectors import workspace_access

@@ -24,10 +24,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from core.errors import InvalidInput
 from memories.algorithms.embedding import Embedder, EmbedderUnavailable, to_bytes
 from memories.bulk import db_datetime, uuid_hex
 from memories.embeddings import default_embedder, embedder_for, embedder_for_spec
-from memories.errors import InvalidInput
 from memories.models import CompressionTier, Memory, Workspace
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
-from memories.errors import InvalidInput
+from core.errors import InvalidInput
 from memories.models import EdgeType, MemoryType, Status, Tier
 
 MAX_CONTENT_CHARS = 100_000

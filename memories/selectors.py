@@ -17,9 +17,9 @@ from django.db import connection
 from django.db.models import BinaryField, BooleanField, Case, F, Q, QuerySet, Value, When
 from django.db.models.expressions import RawSQL
 
+from core.errors import Forbidden, InvalidInput, NotFound
 from history.models import EvolutionRecord
 from memories.algorithms.fts import fts5_expression, only_stop_words, query_terms, tsquery_expression
-from memories.errors import Forbidden, InvalidInput, NotFound
 from memories.models import Edge, Membership, Memory, RetrievalEvent, Role, Workspace
 
 Access = Literal["view", "edit", "own"]

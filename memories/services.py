@@ -14,13 +14,14 @@ from django.db.models import F, Q
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from evolution import audit
+from core.errors import Conflict, InvalidInput, NotFound
+from history import audit, revert
 from history.models import Action, EvolutionRecord
+from memories import live
 from memories.algorithms.entities import extract_entities
 from memories.algorithms.sortkey import activation_sort_key
 from memories.bulk import bulk_insert, new_instance
 from memories.embedding_service import embedding_changes, embedding_text, memories_embed
-from memories.errors import Conflict, InvalidInput, NotFound
 from memories.inputs import EDITABLE_FIELDS, MemoryInput, SessionInput, origin_tier
 from memories.models import (
     AuditEntry,
@@ -641,11 +642,18 @@ def api_token_ensure(*, user: AbstractBaseUser, workspace: Workspace) -> str:
     return str(token.key)
 
 
-def memory_record_revert(*, workspace: Workspace, record_id: int, actor: User | None) -> EvolutionRecord:
-    """Undo one evolution record of `workspace`; see evolution.services.record_revert (the one implementation).
+REVERT_EVENT = "evolution.reverted"
+"""Live event of a revert (the pages of the workspace refresh what it changed)."""
 
-    Imported here at call time because evolution.services imports the runner, which imports this module.
+
+@transaction.atomic
+def record_revert(*, workspace: Workspace, record_id: int, actor: User | None) -> EvolutionRecord:
+    """Undo one record exactly and return the revert record; Conflict (409) when it cannot be.
+
+    Refused when the record is a dry run, was already reverted, is a hard delete, or a later change
+    touched the same fields, memories or edges (revert that one first); see ``history.revert``.
     """
-    from evolution.services import record_revert
-
-    return record_revert(workspace=workspace, record_id=record_id, actor=actor)
+    record = revert.record_for_revert(workspace=workspace, record_id=record_id)
+    (done,) = revert.revert_records([record], actor, timezone.now())
+    live.workspace_event_on_commit(workspace.pk, REVERT_EVENT, {"record_id": record.pk, "revert_record_id": done.pk})
+    return done

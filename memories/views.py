@@ -28,13 +28,12 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from evolution import audit
-from evolution import services as evolution_services
-from evolution.audit import CREATED_MEMORIES
+from core.errors import Conflict, Forbidden, InvalidInput, NotFound
+from history import audit
+from history.audit import CREATED_MEMORIES
 from history.models import Action, EvolutionRecord
 from memories import selectors, services
 from memories.algorithms.activation import decayed_activation, hours_since, project_decay_curve
-from memories.errors import Conflict, Forbidden, InvalidInput, NotFound
 from memories.forms import (
     BULK_LABELS,
     BulkActionForm,
@@ -324,7 +323,7 @@ def record_revert(request: HttpRequest, ws: str, record_id: int) -> HttpResponse
     access = _edit_access(request, ws)
     back = safe_next(request, _list_url(ws))
     try:
-        evolution_services.record_revert(workspace=access.workspace, record_id=record_id, actor=request.user)
+        services.record_revert(workspace=access.workspace, record_id=record_id, actor=request.user)
     except NotFound as exc:
         raise Http404(exc.detail) from exc
     except Conflict as exc:

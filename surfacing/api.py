@@ -18,8 +18,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.errors import InvalidInput
 from memories import selectors as memory_selectors
-from memories.errors import InvalidInput
 from memories.serializers import ErrorOut, MemoryOut, iso_z, memory_json
 from surfacing import selectors, services
 

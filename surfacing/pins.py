@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from memories.errors import Conflict
+from core.errors import Conflict
 from memories.models import Workspace
 from surfacing.models import PinnedSession, SessionPin
 

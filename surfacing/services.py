@@ -42,11 +42,11 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.utils import timezone
 
+from core.errors import InvalidInput
 from memories.algorithms.activation import BOOST_CO_RETRIEVED, BOOST_DIRECT, BOOST_SURFACED
 from memories.algorithms.entities import count_entities
 from memories.algorithms.fts import query_terms
 from memories.embeddings import embedder_for
-from memories.errors import InvalidInput
 from memories.models import AuditEntry, Memory, MemoryType, RetrievalSource, Workspace
 from memories.selectors import lexical_search
 from memories.signalbus import retrieval_signals

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from memories.errors import InvalidInput
+from core.errors import InvalidInput
 from surfacing.algorithms.composite import ScoreProfile, SurfacingMode, Weights
 from surfacing.algorithms.relevance import DEFAULT_LEXICAL_WEIGHT
 

@@ -24,8 +24,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
+from core.errors import InvalidInput
 from memories import selectors as memory_selectors
-from memories.errors import InvalidInput
 from memories.selectors import WorkspaceAccess
 from memories.views import domain_errors
 from memories.web import safe_next

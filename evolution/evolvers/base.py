@@ -30,11 +30,11 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.models import JSONField
 
-from evolution import audit
+from core.errors import InvalidInput
 from evolution.models import EvolutionRun
+from history import audit
 from history.models import EvolutionRecord, RecordLink
 from memories.bulk import uuid_hex
-from memories.errors import InvalidInput
 from memories.models import Memory, MemoryScore, Workspace
 
 # Memories per record. A record is the unit of a single revert; 500 keeps a record's JSON well under a

@@ -29,7 +29,8 @@ import numpy.typing as npt
 import orjson
 from scipy import sparse
 
-from evolution import audit, selectors
+from core.errors import InvalidInput
+from evolution import selectors
 from evolution.algorithms.consolidation import (
     CLUSTER_JACCARD,
     CLUSTER_TIME_AFFINITY,
@@ -56,12 +57,12 @@ from evolution.evolvers.base import (
     write_rows,
 )
 from evolution.models import EvolutionRun
+from history import audit
 from history.models import Action, EvolutionRecord
 from memories.algorithms.embedding import stack_embeddings
 from memories.algorithms.sortkey import activation_sort_key
 from memories.embedding_service import memories_embed
 from memories.embeddings import embedder_for
-from memories.errors import InvalidInput
 from memories.inputs import MAX_CONTENT_CHARS, MAX_TAGS, origin_tier
 from memories.models import Edge, EdgeType, Memory, MemoryType, Status, Workspace
 from memories.services import graph_mirror, graph_touch

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from evolution import audit, selectors, typed_selectors
+from evolution import selectors, typed_selectors
 from evolution.algorithms.lifecycle import (
     daily_rollups,
     observation_groups,
@@ -46,6 +46,7 @@ from evolution.evolvers.base import (
 )
 from evolution.evolvers.typed import number_setting, types_setting
 from evolution.models import EvolutionRun
+from history import audit
 from history.models import Action, EvolutionRecord
 from memories.inputs import MAX_CONTENT_CHARS
 from memories.models import EdgeType, Memory, MemoryType, Status, Workspace

@@ -17,15 +17,16 @@ from typing import ClassVar
 
 import numpy as np
 
-from evolution import audit, merges, typed_selectors
+from core.errors import InvalidInput
+from evolution import merges, typed_selectors
 from evolution.algorithms.merge import DEFAULT_THRESHOLD, MergeCandidates, duplicate_groups
 from evolution.evolvers.base import EvolutionResult, register
 from evolution.evolvers.typed import number_setting, types_setting
 from evolution.models import EvolutionRun, ProposalKind
 from evolution.proposals import ProposalDraft, proposals_recorded
+from history import audit
 from history.models import Action
 from memories.embeddings import embedder_for
-from memories.errors import InvalidInput
 from memories.models import Workspace
 
 

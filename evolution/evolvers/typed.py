@@ -22,7 +22,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from evolution import audit, typed_selectors
+from core.errors import InvalidInput, NotFound
+from evolution import typed_selectors
 from evolution.algorithms.typed import DriftFlag, drift_flags, goal_matches, summary_groups
 from evolution.evolvers.base import (
     EvolutionResult,
@@ -35,10 +36,11 @@ from evolution.evolvers.base import (
 from evolution.llm import LLMClient, default_client
 from evolution.models import EvolutionRun, ProposalKind
 from evolution.proposals import ProposalDraft, proposals_recorded
+from history import audit
 from history.models import Action, EvolutionRecord, RecordLink
 from memories.embeddings import embedder_for
-from memories.errors import InvalidInput, NotFound
 from memories.models import MemoryType, Status, Workspace
+from memories.services import record_revert
 
 SECONDS_PER_DAY = 86_400.0
 
@@ -226,8 +228,6 @@ def goal_resolution_revert(*, workspace: Workspace, goal_id: object, actor: Any)
     NotFound when the goal has no applied, unreverted resolution; Conflict when the goal changed since
     (revert the later change first), both raised by the record revert service.
     """
-    from evolution.services import record_revert
-
     try:
         mid = uuid.UUID(str(goal_id))
     except ValueError:

@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from evolution import dream, engine, services
+from core.errors import Conflict, InvalidInput
+from evolution import dream, engine
 from evolution.dream_proposals import promotion_drafts, reflection_drafts
 from evolution.models import Outcome, Proposal, ProposalStatus
 from evolution.proposals import proposal_approve, proposal_create, proposal_reject
-from memories.errors import Conflict, InvalidInput
 from memories.inputs import MemoryInput
 from memories.models import Edge, EdgeType, Memory, Workspace
-from memories.services import memories_create
+from memories.services import memories_create, record_revert
 
 pytestmark = pytest.mark.django_db
 
@@ -115,7 +115,7 @@ def test_approving_a_reflection_writes_it_to_the_log_and_revert_removes_it(works
         "deploy", proposal.payload["reflection"], proposal.payload["lesson"]
     )
     assert engine.is_dream_reflection(memory)
-    services.record_revert(workspace=workspace, record_id=record.pk, actor=user)
+    record_revert(workspace=workspace, record_id=record.pk, actor=user)
     assert rows(workspace) == before
     with pytest.raises(Conflict, match="already decided"):
         proposal_approve(workspace=workspace, proposal_id=proposal.pk, actor=user)
@@ -211,7 +211,7 @@ def test_approving_a_promotion_creates_a_hot_rule_linked_to_its_reflections_and_
     assert rule.metadata["strategy"]["proposal_id"] == proposal.pk
     derived = Edge.objects.filter(source=rule, edge_type=EdgeType.DERIVED_FROM)
     assert {e.target_id for e in derived} == {m.id for m in sources}
-    services.record_revert(workspace=workspace, record_id=record.pk, actor=user)
+    record_revert(workspace=workspace, record_id=record.pk, actor=user)
     assert rows(workspace) == before and edges(workspace) == links
     with pytest.raises(Conflict):
         proposal_approve(workspace=workspace, proposal_id=proposal.pk, actor=user)
@@ -232,7 +232,7 @@ def test_approving_a_promotion_raises_an_existing_warm_rule_with_the_same_text(w
     approved = proposal_approve(workspace=workspace, proposal_id=proposal.pk, actor=user)
     warm.refresh_from_db()
     assert warm.tier == "hot" and Memory.objects.filter(memory_type="strategy").count() == 1
-    services.record_revert(workspace=workspace, record_id=approved.applied_record_id or 0, actor=user)
+    record_revert(workspace=workspace, record_id=approved.applied_record_id or 0, actor=user)
     assert rows(workspace) == before
 
 

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
+from core.errors import Conflict, InvalidInput
 from evolution import engine, proposals
 from evolution.algorithms.engine import REVIEW_TASK_TYPE, strategy_key
 from evolution.models import Outcome, Proposal, ProposalKind, ProposalStatus
-from evolution.services import record_revert
 from history.models import EvolutionRecord
-from memories.errors import Conflict, InvalidInput
 from memories.models import Memory, MemoryType, Status, Workspace
+from memories.services import record_revert
 
 pytestmark = pytest.mark.django_db
 

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from core.errors import InvalidInput
 from evolution.evolvers import base
 from evolution.evolvers.base import (
     EVOLVERS,
@@ -22,7 +23,6 @@ from evolution.evolvers.base import (
     write_rows,
 )
 from history.models import EvolutionRecord, RecordLink
-from memories.errors import InvalidInput
 from memories.models import Edge, EdgeType, Memory, Workspace
 
 

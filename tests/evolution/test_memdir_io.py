@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.errors import InvalidInput
 from evolution import dream, engine, memdir_io, proposals
 from evolution.algorithms import memdir
 from evolution.models import Outcome, Proposal, ProposalStatus
 from memories import services
-from memories.errors import InvalidInput
 from memories.inputs import MemoryInput
 from memories.models import AuditEntry, Memory, RetrievalEvent, Workspace
 

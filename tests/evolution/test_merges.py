@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from evolution import services
+from core.errors import Conflict, InvalidInput
 from evolution.merges import merge_dedupe_key
 from evolution.models import Proposal, ProposalStatus
 from evolution.proposals import proposal_approve, proposal_create, proposal_reject
-from memories.errors import Conflict, InvalidInput
 from memories.models import Edge, EdgeType, Memory, Status
+from memories.services import record_revert
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
@@ -59,7 +59,7 @@ def test_reverting_the_applied_record_restores_every_row_byte_for_byte(kit: Any,
     memories, edges = kit.memory_rows(), kit.edge_rows()
     approved = proposal_approve(workspace=kit.workspace, proposal_id=proposal.pk, actor=user)
     assert kit.memory_rows() != memories
-    services.record_revert(workspace=kit.workspace, record_id=approved.applied_record_id, actor=user)
+    record_revert(workspace=kit.workspace, record_id=approved.applied_record_id, actor=user)
     assert kit.memory_rows() == memories
     assert kit.edge_rows() == edges
 
@@ -130,7 +130,7 @@ def test_an_existing_supersedes_edge_is_not_duplicated_and_revert_keeps_it(kit: 
     edges = kit.edge_rows()
     approved = proposal_approve(workspace=kit.workspace, proposal_id=proposal.pk, actor=user)
     assert Edge.objects.filter(source=a, target=b, edge_type=EdgeType.SUPERSEDES).count() == 1
-    services.record_revert(workspace=kit.workspace, record_id=approved.applied_record_id, actor=user)
+    record_revert(workspace=kit.workspace, record_id=approved.applied_record_id, actor=user)
     assert kit.edge_rows() == edges
 
 

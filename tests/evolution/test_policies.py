@@ -12,12 +12,12 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.errors import InvalidInput
 from evolution.policies import EVOLVER, apply_write_policies, validate_policy_overrides
 from history.models import EvolutionRecord
 from memories import services
 from memories.algorithms.embedding import to_bytes
 from memories.embeddings import default_embedder
-from memories.errors import InvalidInput
 from memories.inputs import MemoryInput
 from memories.models import Memory, Status, Workspace
 
@@ -211,7 +211,7 @@ def test_revert_of_a_replace_restores_both_rows_exactly(workspace: Workspace, ma
     # The holder took the newcomer's vector with its content (the snapshot comparison covers the revert).
     assert fresh(first).embedding == fresh(second).embedding != snapshot["embedding"]
     (record,) = policy_records()
-    services.memory_record_revert(workspace=workspace, record_id=record.pk, actor=None)
+    services.record_revert(workspace=workspace, record_id=record.pk, actor=None)
     reverted = Memory.objects.filter(id=first.id).values().get()
     # Putting the old vector back is a vector write: stamped anew, so vector indexes catch it up.
     assert reverted.pop("embedded_at") > snapshot.pop("embedded_at")
@@ -322,7 +322,7 @@ def test_policies_keep_one_value_per_replace_slot_and_revert_to_the_inserted_row
             assert str(memory.id) in Memory.objects.get(id=other).conflicts_with
     records = EvolutionRecord.objects.filter(workspace=ws, evolver=EVOLVER).order_by("-id")
     for record in records:
-        services.memory_record_revert(workspace=ws, record_id=record.pk, actor=None)
+        services.record_revert(workspace=ws, record_id=record.pk, actor=None)
     for memory in Memory.objects.filter(workspace=ws):
         item = inputs[memory.id]
         assert (memory.content, memory.confidence, memory.origin) == (item.content, item.confidence, item.origin)

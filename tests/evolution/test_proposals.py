@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from evolution import services as evolution_services
+from core.errors import Conflict, InvalidInput, NotFound
 from evolution.models import Proposal, ProposalStatus
 from evolution.proposals import (
     proposal_approve,
@@ -15,8 +15,8 @@ from evolution.proposals import (
     register_proposal_applier,
 )
 from history.models import EvolutionRecord
-from memories.errors import Conflict, InvalidInput, NotFound
 from memories.models import Edge, EdgeType, Memory, Workspace
+from memories.services import record_revert
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
@@ -149,7 +149,7 @@ def test_reverting_the_applied_summary_restores_every_row(kit: Any, user: Any) -
     edges = kit.edge_rows()
     approved = proposal_approve(workspace=kit.workspace, proposal_id=proposal.pk, actor=user)
     assert approved.applied_record is not None
-    evolution_services.record_revert(workspace=kit.workspace, record_id=approved.applied_record.pk, actor=user)
+    record_revert(workspace=kit.workspace, record_id=approved.applied_record.pk, actor=user)
     assert kit.memory_rows() == rows
     assert kit.edge_rows() == edges
 

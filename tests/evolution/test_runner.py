@@ -8,10 +8,10 @@ from typing import Any, ClassVar
 
 import pytest
 
+from core.errors import InvalidInput
 from evolution.evolvers import EVOLVERS, EvolutionResult, default_cycle
 from evolution.models import EvolutionRun, RunStatus
 from history.models import EvolutionRecord
-from memories.errors import InvalidInput
 from memories.models import Memory, Workspace
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]

@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 
+from core.errors import Conflict
 from evolution import selectors, services
 from evolution.models import RunStatus
 from history.models import EvolutionRecord
 from memories import services as memory_services
-from memories.errors import Conflict
 from memories.models import Edge, Memory
+from memories.services import record_revert
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
@@ -35,7 +36,7 @@ def test_record_revert_restores_the_fields_and_writes_a_revert_record(kit: Any) 
     m = kit.mem("episode", memory_type="episodic", age_days=30)
     run = kit.run("ExponentialDecay")
     record = EvolutionRecord.objects.get(run=run)
-    revert = services.record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
+    revert = record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
     m.refresh_from_db()
     assert m.retention_score == 1.0
     record.refresh_from_db()
@@ -50,13 +51,13 @@ def test_record_revert_restores_the_fields_and_writes_a_revert_record(kit: Any) 
 def test_reverting_twice_or_a_dry_run_is_refused(kit: Any) -> None:
     kit.mem("episode", memory_type="episodic", age_days=30)
     record = EvolutionRecord.objects.get(run=kit.run("ExponentialDecay"))
-    services.record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
+    record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
     with pytest.raises(Conflict) as again:
-        services.record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
+        record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
     assert again.value.code == "already_reverted"
     dry = EvolutionRecord.objects.get(run=kit.run("ExponentialDecay", dry_run=True))
     with pytest.raises(Conflict) as preview:
-        services.record_revert(workspace=kit.workspace, record_id=dry.pk, actor=kit.user)
+        record_revert(workspace=kit.workspace, record_id=dry.pk, actor=kit.user)
     assert preview.value.code == "dry_run"
 
 
@@ -65,11 +66,11 @@ def test_revert_is_refused_while_a_later_change_depends_on_it(kit: Any) -> None:
     first = EvolutionRecord.objects.get(run=kit.run("ExponentialDecay"))
     later = EvolutionRecord.objects.get(run=kit.run("ExponentialDecay", now=kit.NOW + timedelta(days=3)))
     with pytest.raises(Conflict) as caught:
-        services.record_revert(workspace=kit.workspace, record_id=first.pk, actor=kit.user)
+        record_revert(workspace=kit.workspace, record_id=first.pk, actor=kit.user)
     assert caught.value.code == "revert_conflict"
     assert "retention_score" in caught.value.detail
-    services.record_revert(workspace=kit.workspace, record_id=later.pk, actor=kit.user)
-    services.record_revert(workspace=kit.workspace, record_id=first.pk, actor=kit.user)
+    record_revert(workspace=kit.workspace, record_id=later.pk, actor=kit.user)
+    record_revert(workspace=kit.workspace, record_id=first.pk, actor=kit.user)
     m.refresh_from_db()
     assert m.retention_score == 1.0
 
@@ -84,7 +85,7 @@ def test_a_user_edit_after_an_evolver_blocks_its_revert(kit: Any) -> None:
         changes={"status": "active"},
     )
     with pytest.raises(Conflict):
-        services.record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
+        record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
 
 
 def test_reverting_a_promotion_deletes_the_episode_and_restores_the_sources(kit: Any) -> None:
@@ -93,7 +94,7 @@ def test_reverting_a_promotion_deletes_the_episode_and_restores_the_sources(kit:
     before = kit.memory_rows()
     record = EvolutionRecord.objects.get(run=kit.run("EnhancedWorkingToEpisodic"), action="promote")
     assert Memory.objects.filter(memory_type="episodic").count() == 1
-    services.record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
+    record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
     assert kit.memory_rows() == before
     assert not Edge.objects.exists()
 
@@ -152,8 +153,8 @@ def test_dry_run_runs_cannot_be_reverted(kit: Any) -> None:
 def test_a_field_revert_can_itself_be_reverted(kit: Any) -> None:
     m = kit.mem("episode", memory_type="episodic", age_days=30)
     record = EvolutionRecord.objects.get(run=kit.run("ExponentialDecay"))
-    revert = services.record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
-    services.record_revert(workspace=kit.workspace, record_id=revert.pk, actor=kit.user)
+    revert = record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
+    record_revert(workspace=kit.workspace, record_id=revert.pk, actor=kit.user)
     m.refresh_from_db()
     assert m.retention_score == pytest.approx(0.367879, abs=1e-6)
 
@@ -162,9 +163,9 @@ def test_a_revert_that_deleted_rows_cannot_be_redone(kit: Any) -> None:
     for k in range(34):
         kit.mem(f"deploy note {k}", memory_type="working", age_days=0.01)
     record = EvolutionRecord.objects.get(run=kit.run("EnhancedWorkingToEpisodic"), action="promote")
-    revert = services.record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
+    revert = record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
     with pytest.raises(Conflict) as caught:
-        services.record_revert(workspace=kit.workspace, record_id=revert.pk, actor=kit.user)
+        record_revert(workspace=kit.workspace, record_id=revert.pk, actor=kit.user)
     assert caught.value.code == "not_revertible"
 
 
@@ -172,7 +173,7 @@ def test_history_lists_records_newest_first_with_reverts(kit: Any) -> None:
     m = kit.mem("episode", memory_type="episodic", age_days=30)
     first = EvolutionRecord.objects.get(run=kit.run("ExponentialDecay"))
     second = EvolutionRecord.objects.get(run=kit.run("ExponentialDecay", now=kit.NOW + timedelta(days=1)))
-    revert = services.record_revert(workspace=kit.workspace, record_id=second.pk, actor=kit.user)
+    revert = record_revert(workspace=kit.workspace, record_id=second.pk, actor=kit.user)
     kit.run("ExponentialDecay", dry_run=True)
     records, cursor = selectors.memory_history(workspace=kit.workspace, memory_id=m.id)
     assert [r.pk for r in records] == [revert.pk, second.pk, first.pk]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from core.errors import Conflict, NotFound
 from evolution.evolvers.typed import (
     ContradictionSurfacer,
     PreferenceDriftDetector,
@@ -20,7 +21,6 @@ from history.models import EvolutionRecord
 from memories import services as memory_services
 from memories.algorithms.embedding import to_bytes
 from memories.embeddings import default_embedder
-from memories.errors import Conflict, NotFound
 from memories.inputs import MemoryInput
 from memories.models import Memory, Status, Workspace
 

@@ -55,7 +55,7 @@ def test_a_replace_moves_the_vector_with_its_model_and_a_revert_stamps_the_old_o
     assert holder.embedded_at == fresh(second).embedded_at
     (record,) = EvolutionRecord.objects.filter(evolver="WritePolicy")
     before = generation(workspace)
-    services.memory_record_revert(workspace=workspace, record_id=record.pk, actor=None)
+    services.record_revert(workspace=workspace, record_id=record.pk, actor=None)
     reverted = fresh(first)
     assert reverted.embedding_model == "hashing:256-old"
     assert reverted.embedded_at is not None and holder.embedded_at is not None

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from evolution.audit import record_build, records_save
 from evolution.models import Proposal
+from history.audit import record_build, records_save
 from history.models import Action
 from memories import services
 from memories.models import EdgeType, Memory, Workspace

@@ -15,11 +15,11 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from core.errors import InvalidInput
 from memories import services
 from memories.algorithms.embedding import from_bytes
 from memories.embedding_service import ReembedProgress, vectors_touch, workspace_reembed
 from memories.embeddings import default_embedder, embedder_for
-from memories.errors import InvalidInput
 from memories.inputs import MemoryInput, SessionInput, TurnInput
 from memories.models import CompressionTier, Memory, Workspace
 

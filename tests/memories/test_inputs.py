@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from core.errors import InvalidInput
 from memories import inputs
-from memories.errors import InvalidInput
 from memories.inputs import (
     MAX_BULK_ITEMS,
     MAX_TAGS,

@@ -13,8 +13,8 @@ import pytest
 from django.contrib.auth.models import AnonymousUser
 from django.db import connection
 
+from core.errors import Forbidden, InvalidInput, NotFound
 from memories import selectors, services
-from memories.errors import Forbidden, InvalidInput, NotFound
 from memories.inputs import MemoryInput
 from memories.models import CompressionTier, Edge, EdgeType, Memory, Role, Status, Workspace
 from memories.selectors import MemoryFilters

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from core.errors import Conflict, InvalidInput
 from history.models import Action, EvolutionRecord, RecordLink
 from memories import selectors, services
 from memories.algorithms.sortkey import activation_sort_key
-from memories.errors import Conflict, InvalidInput
 from memories.inputs import MemoryInput
 from memories.models import AuditEntry, Edge, EdgeType, Membership, Memory, MemoryType, Role, Status, Workspace
 

@@ -181,7 +181,7 @@ def test_revert_refuses_when_a_later_change_depends_on_it(browser: Client, three
 def test_revert_of_a_record_of_another_workspace_is_404(
     browser: Client, three: list[Memory], other_workspace: Workspace
 ) -> None:
-    from evolution import audit
+    from history import audit
 
     (foreign,) = audit.records_save(
         [audit.record_build(workspace=other_workspace, evolver="user", action="update", reason="x")]

@@ -160,7 +160,7 @@ def test_history_timeline_lists_records_newest_first_and_reverts_one(
 def test_history_chart_plots_recorded_values_and_retrieval_ticks(
     browser: Client, workspace: Workspace, linked: tuple[Memory, list[Memory]]
 ) -> None:
-    from evolution import audit
+    from history import audit
 
     center, _ = linked
     now = timezone.now()

@@ -12,8 +12,8 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from evolution import audit
 from evolution.derived import insert_derived
+from history import audit
 from history.models import Action
 from memories import services
 from memories.inputs import SessionInput, TurnInput
@@ -239,7 +239,7 @@ def test_reverting_a_record_that_created_edges_makes_the_next_read_rebuild(
             ]
         )
     assert store.full_snapshot(workspace).csr.n_edges == 2
-    services.memory_record_revert(workspace=workspace, record_id=record.pk, actor=user)
+    services.record_revert(workspace=workspace, record_id=record.pk, actor=user)
     rebuilt = store.full_snapshot(workspace)
     assert not rebuilt.incremental
     assert edges_of(rebuilt) == {(a.id, b.id, edge_type_code("RELATED"), 1.0)}

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from memories.errors import Conflict
+from core.errors import Conflict
 from memories.models import Memory, Workspace
 from surfacing.models import PinnedSession, SessionPin
 from surfacing.pins import PIN_CONFLICT_CODE, DbPinStore, PinStore, RedisPinStore

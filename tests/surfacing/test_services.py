@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
+from core.errors import InvalidInput
 from memories import services as memory_services
 from memories.algorithms.activation import decayed_activation
-from memories.errors import InvalidInput
 from memories.inputs import SessionInput, TurnInput
 from memories.models import Memory, RetrievalEvent, Status, Workspace
 from memories.signalbus import LocalSignalBus

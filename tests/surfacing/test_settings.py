@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from memories.errors import InvalidInput
+from core.errors import InvalidInput
 from surfacing import settings as surfacing_settings
 from surfacing.algorithms.composite import ScoreProfile
 from surfacing.settings import (

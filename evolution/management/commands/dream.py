@@ -5,8 +5,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.errors import DomainError
 from evolution import dream, selectors
-from memories.errors import DomainError
 
 
 class Command(BaseCommand):

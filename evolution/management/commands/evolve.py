@@ -4,9 +4,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.errors import DomainError
 from evolution import runner, selectors, services
 from evolution.evolvers import EVOLVERS, default_cycle
-from memories.errors import DomainError
 
 
 class Command(BaseCommand):

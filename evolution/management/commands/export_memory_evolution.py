@@ -5,9 +5,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.errors import DomainError
 from evolution import memdir_io, selectors
 from evolution.algorithms.memdir import write_tree
-from memories.errors import DomainError
 
 
 class Command(BaseCommand):

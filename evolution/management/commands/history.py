@@ -5,9 +5,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.errors import DomainError
 from evolution import selectors
 from evolution.evolvers.base import REASONS
-from memories.errors import DomainError
 from memories.selectors import parse_memory_id
 
 

@@ -6,9 +6,9 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from core.errors import DomainError
 from evolution import memdir_io
 from evolution.algorithms.memdir import MemdirError, read_tree
-from memories.errors import DomainError
 from memories.models import Workspace
 from memories.services import workspace_create
 

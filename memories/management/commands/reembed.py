@@ -4,8 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.errors import DomainError
 from memories.embedding_service import REEMBED_BATCH, ReembedProgress, workspace_reembed
-from memories.errors import DomainError
 from memories.selectors import workspace_by_slug
 
 

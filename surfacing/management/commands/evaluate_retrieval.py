@@ -41,8 +41,8 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
+from core.errors import DomainError
 from memories import services as memory_services
-from memories.errors import DomainError
 from memories.inputs import SessionInput, TurnInput
 from memories.models import Workspace
 from memories.selectors import lexical_search

@@ -1,0 +1,130 @@
+"""Undo audited records exactly, or refuse.
+
+The rules that hold for every record live here: a dry run, a record already reverted, a hard delete and
+a revert that deleted the rows its record had created cannot be undone. What undoing means for the rows a
+record touched belongs to the app that owns them: each app registers a handler (a check that raises
+Conflict when a later change depends on the record, and an apply that puts ``before`` back) with
+``register_revert_handler``; memories registers the one for memories and edges when it is ready.
+
+A revert writes a record of its own (``action`` revert, before/after swapped), so the audit trail shows
+who undid what, and a revert can itself be reverted while no row had to be deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from core.errors import Conflict, NotFound
+from history import audit
+from history.models import Action, EvolutionRecord
+
+if TYPE_CHECKING:
+    from memories.models import Workspace
+
+User = AbstractBaseUser | AnonymousUser
+Check = Callable[[EvolutionRecord], None]
+Apply = Callable[[EvolutionRecord], None]
+
+# Informational keys of a revert record's `after` (a revert is undone by a revert of the revert only when no
+# row had to be deleted).
+REVERTED_RECORD = "reverted_record"
+DELETED_MEMORIES = "deleted_memories"
+DELETED_EDGES = "deleted_edges"
+
+_handlers: list[tuple[Check, Apply]] = []
+
+
+def register_revert_handler(check: Check, apply: Apply) -> None:
+    """Add an app's check and apply for the rows it owns (registering the same pair twice is a no-op)."""
+    if (check, apply) not in _handlers:
+        _handlers.append((check, apply))
+
+
+def _revert_record_for(record: EvolutionRecord, actor: User | None, now: datetime) -> EvolutionRecord:
+    """The audit record of undoing `record`: its before/after swapped (memory fields and edge fields)."""
+    before: dict[str, Any] = {}
+    after: dict[str, Any] = {REVERTED_RECORD: record.pk}
+    for key, fields in record.after.items():
+        if audit.is_uuid(key):
+            before[key] = fields
+    for key, fields in record.before.items():
+        if audit.is_uuid(key):
+            after[key] = fields
+    if record.after.get(audit.EDGE_CHANGES):
+        before[audit.EDGE_CHANGES] = record.after[audit.EDGE_CHANGES]
+    if record.before.get(audit.EDGE_CHANGES):
+        after[audit.EDGE_CHANGES] = record.before[audit.EDGE_CHANGES]
+    if record.after.get(audit.CREATED_MEMORIES):
+        after[DELETED_MEMORIES] = record.after[audit.CREATED_MEMORIES]
+    if record.after.get(audit.CREATED_EDGES):
+        after[DELETED_EDGES] = record.after[audit.CREATED_EDGES]
+    return audit.record_build(
+        workspace=record.workspace,
+        evolver=record.evolver,
+        action=Action.REVERT,
+        reason=f"revert of record {record.pk} ({record.evolver} {record.action}): {record.reason}"[:2000],
+        input_ids=record.output_ids,
+        output_ids=record.input_ids,
+        before=before,
+        after=after,
+        actor=actor,
+        now=now,
+    )
+
+
+def check_revertible(record: EvolutionRecord) -> None:
+    """Raise Conflict (with the code the API answers) when `record` cannot be undone exactly."""
+    if record.dry_run:
+        raise Conflict(f"record {record.pk} is a dry run; there is nothing to revert", code="dry_run")
+    if record.reverted_at is not None:
+        raise Conflict(f"record {record.pk} was already reverted", code="already_reverted")
+    if record.action == Action.DELETE:
+        raise Conflict(
+            f"record {record.pk} is a hard delete; the deleted content is kept in this record for "
+            "reference but deleted rows are not recreated",
+            code="not_revertible",
+        )
+    if record.action == Action.REVERT and (record.after.get(DELETED_MEMORIES) or record.after.get(DELETED_EDGES)):
+        raise Conflict(
+            f"record {record.pk} reverted a change by deleting the rows it had created; they cannot be "
+            "recreated exactly. Run the evolver again instead.",
+            code="not_revertible",
+        )
+    for check, _ in _handlers:
+        check(record)
+
+
+def revert_records(records: Sequence[EvolutionRecord], actor: User | None, now: datetime) -> list[EvolutionRecord]:
+    """Check and undo each record in the given order (newest first) and return the revert records; the
+    caller holds the transaction, so a refusal of any one undoes them all."""
+    reverts: list[EvolutionRecord] = []
+    for record in records:
+        check_revertible(record)
+        for _, apply in _handlers:
+            apply(record)
+        # Saved at once: the dependency check of the next (older) record must see this one as undone.
+        record.reverted_at = now
+        record.save(update_fields=["reverted_at"])
+        reverts.append(_revert_record_for(record, actor, now))
+    saved = audit.records_save(reverts)
+    for record, revert in zip(records, saved, strict=True):
+        record.reverted_by = revert
+    EvolutionRecord.objects.bulk_update(list(records), ["reverted_by"], batch_size=500)
+    return saved
+
+
+def record_for_revert(*, workspace: Workspace, record_id: int) -> EvolutionRecord:
+    """The record `record_id` of `workspace`, locked for the caller's transaction; NotFound otherwise."""
+    record = (
+        EvolutionRecord.objects.select_for_update()
+        .select_related("workspace")
+        .filter(workspace=workspace, pk=record_id)
+        .first()
+    )
+    if record is None:
+        raise NotFound(f"record {record_id} not found in workspace {workspace.slug!r}", field="record_id")
+    return record
