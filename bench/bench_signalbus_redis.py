@@ -36,7 +36,7 @@ def main() -> None:
     from memories.inputs import MemoryInput
     from memories.models import RetrievalEvent
     from memories.signalbus import Boost, Retrieval, Signal
-    from memories.signalbus_redis import RedisSignalBus
+    from memories.signalbus.redis import RedisSignalBus
 
     user = get_user_model().objects.create_user(username="bench")
     workspace = services.workspace_create(owner=user, slug="bench", name="Bench")

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
-from memories.signalbus_redis import DEFAULT_GROUP, DEFAULT_STREAM, RedisSignalBus
+from memories.signalbus.redis import DEFAULT_GROUP, DEFAULT_STREAM, RedisSignalBus
 
 log = logging.getLogger(__name__)
 

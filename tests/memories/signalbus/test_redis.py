@@ -14,10 +14,10 @@ import pytest
 import redis
 from django.core.management import call_command
 
-from memories import signalbus_redis
 from memories.models import Memory, RetrievalEvent
 from memories.signalbus import Boost, Retrieval, Signal, retrieval_signals, set_signal_bus, signal_bus
-from memories.signalbus_redis import RedisSignalBus, decode_entry, encode_entry
+from memories.signalbus import redis as redis_backend
+from memories.signalbus.redis import RedisSignalBus, decode_entry, encode_entry
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6390/0")
 
@@ -203,7 +203,7 @@ def test_entries_of_a_worker_that_died_before_acknowledging_are_applied_by_anoth
     def die(signals: list[Signal]) -> Any:
         raise KeyboardInterrupt("worker killed mid-batch")
 
-    monkeypatch.setattr(signalbus_redis, "apply_signals", die)
+    monkeypatch.setattr(redis_backend, "apply_signals", die)
     with pytest.raises(KeyboardInterrupt):
         crashed.flush()
     monkeypatch.undo()
@@ -278,7 +278,7 @@ def test_a_failed_database_write_leaves_the_entries_pending_for_the_next_flush(
     def locked(signals: list[Signal]) -> Any:
         raise OperationalError("database is locked")
 
-    monkeypatch.setattr(signalbus_redis, "apply_signals", locked)
+    monkeypatch.setattr(redis_backend, "apply_signals", locked)
     with pytest.raises(OperationalError):
         bus.flush()
     monkeypatch.undo()
@@ -318,14 +318,14 @@ def test_an_entry_failing_on_its_own_is_dead_lettered_while_its_batch_neighbours
     at = datetime.now(UTC)
     bus.publish(boosts([good], 0.1, at))
     bus.publish(boosts([bad], 0.1, at))
-    real = signalbus_redis.apply_signals
+    real = redis_backend.apply_signals
 
     def reject_bad(signals: list[Signal]) -> Any:
         if any(s.memory_id == bad.id for s in signals):
             raise ValueError("value out of range")
         return real(signals)
 
-    monkeypatch.setattr(signalbus_redis, "apply_signals", reject_bad)
+    monkeypatch.setattr(redis_backend, "apply_signals", reject_bad)
     bus.flush()
 
     assert stored(good).activation_boost_count == good.activation_boost_count + 1

@@ -1,16 +1,14 @@
-"""Queue activation boosts and retrieval events, and write them to the database in batches.
+"""What every signal bus backend shares: the signals, the bus protocol and the batched database write.
 
 Reads must stay fast, so a retrieval only enqueues what happened; a flusher applies the boosts
 (`stored = clamp01(stored + delta)`, last boost now, boost_count + 1), stores the retrieval events
-and publishes the new activation values to live pages. The local bus is an in-process queue flushed
-by a background thread every SIGNAL_FLUSH_SECONDS; the Redis bus (memories.signalbus_redis) puts
-the same signals on a Redis Stream read by `manage.py run_workers` consumers.
+and publishes the new activation values to live pages. Every backend (memories.signalbus.local,
+memories.signalbus.redis) hands its batches to `apply_signals`; this module imports none of them.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
@@ -18,9 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from django.conf import settings
-from django.db import close_old_connections, connection, transaction
-from django.utils import timezone
+from django.db import connection, transaction
 
 from memories.algorithms.sortkey import activation_sort_key
 from memories.bulk import bulk_insert, db_datetime, new_instance
@@ -170,106 +166,3 @@ def _publish_activation(changed: dict[int, list[tuple[str, float]]]) -> None:
         activation_changed(changed)
     except Exception:  # a dead channel layer must never lose the database write
         log.exception("publishing activation changes failed")
-
-
-class LocalSignalBus:
-    """In-process queue; a daemon thread flushes it every `interval` seconds while the server runs."""
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self._lock = threading.Lock()
-        self._queue: list[Signal] = []
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-
-    def publish(self, signals: Sequence[Signal]) -> None:
-        with self._lock:
-            self._queue.extend(signals)
-
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._queue)
-
-    def flush(self) -> FlushResult:
-        with self._lock:
-            batch, self._queue = self._queue, []
-        if not batch:
-            return FlushResult(boosted=0, events=0, changed={})
-        try:
-            return apply_signals(batch)
-        except Exception:
-            # Put the batch back so a transient "database is locked" does not lose boosts.
-            with self._lock:
-                self._queue[:0] = batch
-            raise
-
-    def start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="signal-flush", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval + 5)
-        self.flush()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.flush()
-            except Exception:
-                log.exception("signal flush failed; retrying in %ss", self.interval)
-            finally:
-                close_old_connections()
-
-
-_bus: SignalBus | None = None
-_bus_lock = threading.Lock()
-
-
-def signal_bus() -> SignalBus:
-    """Return the process's bus: Redis Streams when REDIS_URL is set, else the local queue."""
-    global _bus
-    if _bus is None:
-        with _bus_lock:
-            if _bus is None:
-                if settings.REDIS_URL:
-                    from memories.signalbus_redis import RedisSignalBus
-
-                    _bus = RedisSignalBus(settings.REDIS_URL)
-                else:
-                    _bus = LocalSignalBus(float(settings.SIGNAL_FLUSH_SECONDS))
-    return _bus
-
-
-def set_signal_bus(bus: SignalBus | None) -> None:
-    """Replace the process's bus (tests, workers)."""
-    global _bus
-    with _bus_lock:
-        _bus = bus
-
-
-def retrieval_signals(
-    *,
-    workspace_id: int,
-    memory_ids: Sequence[uuid.UUID],
-    source: str,
-    delta: float,
-    query: str = "",
-    session_id: str = "",
-    partner_ids: Sequence[uuid.UUID] = (),
-    partner_delta: float = 0.0,
-) -> uuid.UUID:
-    """Queue the boosts and retrieval events of one result set; return the result set id."""
-    now = timezone.now()
-    result_set = uuid.uuid4()
-    signals: list[Signal] = []
-    for rank, mid in enumerate(memory_ids, start=1):
-        signals.append(Boost(workspace_id, mid, delta, now))
-        signals.append(Retrieval(workspace_id, mid, result_set, rank, source, query, session_id, now))
-    signals.extend(Boost(workspace_id, mid, partner_delta, now) for mid in partner_ids if partner_delta > 0)
-    signal_bus().publish(signals)
-    return result_set

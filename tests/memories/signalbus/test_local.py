@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from memories import signalbus
 from memories.algorithms.sortkey import activation_sort_key
 from memories.models import Memory, RetrievalEvent, Workspace
-from memories.signalbus import Boost, LocalSignalBus, Retrieval, retrieval_signals
+from memories.signalbus import Boost, LocalSignalBus, Retrieval, retrieval_signals, set_signal_bus, signal_bus
+from memories.signalbus import local as local_backend
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
@@ -150,7 +154,7 @@ def test_a_failed_flush_puts_the_batch_back_in_order(
         fresh_signal_bus.publish([boost(memory, 0.01)])  # arrives while the write is failing
         raise RuntimeError("database is locked")
 
-    monkeypatch.setattr(signalbus, "apply_signals", locked)
+    monkeypatch.setattr(local_backend, "apply_signals", locked)
     with pytest.raises(RuntimeError):
         fresh_signal_bus.flush()
     assert fresh_signal_bus.pending() == 3
@@ -225,3 +229,31 @@ def test_the_flusher_thread_starts_and_stops_cleanly(make_memory: Callable[..., 
     assert bus._thread is not None and bus._thread.is_alive()
     bus.stop()
     assert not bus._thread.is_alive()
+
+
+def test_signal_bus_is_the_local_bus_flushed_every_signal_flush_seconds_without_redis(settings: Any) -> None:
+    settings.REDIS_URL = ""
+    settings.SIGNAL_FLUSH_SECONDS = 7
+    set_signal_bus(None)
+    bus = signal_bus()
+    assert isinstance(bus, LocalSignalBus)
+    assert bus.interval == 7.0
+    assert signal_bus() is bus
+
+
+def test_the_local_bus_is_made_without_importing_the_redis_backend() -> None:
+    probe = (
+        "import sys, django; django.setup()\n"
+        "from memories.signalbus import LocalSignalBus, signal_bus\n"
+        "assert isinstance(signal_bus(), LocalSignalBus)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('memories.signalbus')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env["DJANGO_SETTINGS_MODULE"] = "smartmemory_site.settings"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=Path(__file__).parents[3], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == str(
+        ["memories.signalbus", "memories.signalbus.base", "memories.signalbus.local"]
+    )

@@ -41,10 +41,11 @@ from functools import partial
 from typing import Any, cast
 
 import redis
+from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 
 from memories.models import Memory, RetrievalEvent
-from memories.signalbus import Boost, FlushResult, Retrieval, Signal, apply_signals
+from memories.signalbus.base import Boost, FlushResult, Retrieval, Signal, apply_signals
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +261,11 @@ class RedisSignalBus:
         self._group_ready = False
         self._lock = threading.Lock()
         self._unsent: list[Signal] = []
+
+    @classmethod
+    def from_settings(cls) -> RedisSignalBus:
+        """The bus `signal_bus()` makes: the default stream and group on settings.REDIS_URL."""
+        return cls(settings.REDIS_URL)
 
     # -- publishing -----------------------------------------------------------------------------------
 
