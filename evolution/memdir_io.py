@@ -67,14 +67,17 @@ from evolution.engine import (
     sensor_id,
 )
 from evolution.models import Outcome, OutcomeResult, Proposal, ProposalKind, ProposalStatus
+from history import audit
+from history.models import Action, EvolutionRecord
 from memories.inputs import MAX_CONTENT_CHARS, MemoryInput
-from memories.models import AuditEntry, Memory, MemoryType, Status, Tier, Workspace
+from memories.models import Memory, MemoryType, Status, Tier, Workspace
 from memories.services import memories_create
 
 User = AbstractBaseUser | AnonymousUser
 
 IMPORT_ORIGIN: Final = "import:memory-evolution"
-LINEAGE_ACTION: Final = "memdir.import"
+LINEAGE_EVOLVER: Final = "memdir"
+"""Evolver name of the import record that keeps a workspace's lineage (the first import names its origin)."""
 ZIP_ROOT: Final = "memory-evolution/"
 MAX_ZIP_BYTES: Final = 20 * 1024 * 1024
 MAX_FILES: Final = 2000
@@ -324,8 +327,13 @@ def correction_keys(corrections: Sequence[memdir.Correction]) -> list[str]:
 
 
 def _lineage(workspace: Workspace) -> str:
-    first = AuditEntry.objects.filter(workspace=workspace, action=LINEAGE_ACTION).order_by("created_at", "pk").first()
-    origin = first.detail.get("origin") if first is not None and isinstance(first.detail, dict) else None
+    first = (
+        EvolutionRecord.objects.filter(workspace=workspace, evolver=LINEAGE_EVOLVER, action=Action.IMPORT)
+        .order_by("timestamp", "pk")
+        .first()
+    )
+    lineage = first.after.get(audit.LINEAGE) if first is not None else None
+    origin = lineage.get("origin") if isinstance(lineage, dict) else None
     return origin if isinstance(origin, str) and one_line(origin) == origin and origin else workspace.slug
 
 
@@ -868,18 +876,23 @@ def _import(workspace: Workspace, d: memdir.MemoryDirectory, actor: User | None,
     skipped["rules"] = len(d.rules) - len(rules)
 
     origin = d.meta.workspace
-    AuditEntry.objects.create(
-        workspace=workspace,
-        actor_id=actor.pk if actor is not None and actor.is_authenticated else None,
-        action=LINEAGE_ACTION,
-        object_id="",
-        detail={
-            "origin": origin,
-            "exported_at": d.meta.exported_at.isoformat() if d.meta.exported_at else None,
-            "created": created,
-            "skipped": skipped,
-        },
-        created_at=now,
+    audit.record_save(
+        audit.record_build(
+            workspace=workspace,
+            evolver=LINEAGE_EVOLVER,
+            action=Action.IMPORT,
+            reason=f"memory directory of {origin!r} imported"[:2000],
+            after={
+                audit.LINEAGE: {
+                    "origin": origin,
+                    "exported_at": d.meta.exported_at.isoformat() if d.meta.exported_at else None,
+                    "created": created,
+                    "skipped": skipped,
+                }
+            },
+            actor=actor,
+            now=now,
+        )
     )
     return ImportSummary(created=created, skipped=skipped, origin=origin)
 

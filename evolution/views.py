@@ -51,6 +51,7 @@ from evolution.models import DreamReport, EvolutionRun, Proposal, ProposalKind, 
 from evolution.typed_selectors import contradiction_clusters
 from history import audit
 from history.models import Action, EvolutionRecord
+from history.revert import revertible
 from memories import selectors as memory_selectors
 from memories import services as memory_services
 from memories.forms import MemoryEditForm
@@ -979,7 +980,7 @@ def _record_view(record: EvolutionRecord, rows: Mapping[uuid.UUID, Memory], urls
         rows=changes,
         more=max(0, len(keys) - MEMORIES_PER_RECORD),
         creates=creates,
-        revertible=not record.dry_run and record.reverted_at is None and record.action not in (Action.DELETE,),
+        revertible=revertible(record),
     )
 
 

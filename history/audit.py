@@ -143,6 +143,10 @@ CREATED_MEMORIES = "created_memories"
 CREATED_EDGES = "created_edges"
 EDGE_CHANGES = "edges"
 DELETED = "deleted"
+SETTINGS = "settings"
+"""Key of a configure record's before/after: the workspace's stored settings overrides."""
+LINEAGE = "lineage"
+"""Key of an import record's after: where the imported directory came from, and what it created."""
 
 
 def memory_fields(record: EvolutionRecord, key: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -36,6 +36,15 @@ class Action(models.TextChoices):
     UPDATE = "update"
     LINK = "link"
     DELETE = "delete"
+    # Audit entries of what people did that is not a change to memories (nothing to revert).
+    CONFIGURE = "configure"
+    GRANT = "grant"
+    IMPORT = "import"
+
+
+AUDIT_ONLY_ACTIONS = frozenset({Action.DELETE, Action.CONFIGURE, Action.GRANT, Action.IMPORT})
+"""Actions whose records document what happened and cannot be reverted: a hard delete (the deleted
+content is kept in ``before`` for reference), a settings change, an API token granted, an import's lineage."""
 
 
 class RecordJSONEncoder(json.JSONEncoder):

@@ -20,7 +20,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from core.errors import Conflict, NotFound
 from history import audit
-from history.models import Action, EvolutionRecord
+from history.models import AUDIT_ONLY_ACTIONS, Action, EvolutionRecord
 
 if TYPE_CHECKING:
     from memories.models import Workspace
@@ -88,6 +88,11 @@ def check_revertible(record: EvolutionRecord) -> None:
             "reference but deleted rows are not recreated",
             code="not_revertible",
         )
+    if record.action in AUDIT_ONLY_ACTIONS:
+        raise Conflict(
+            f"record {record.pk} documents a {record.action} ({record.evolver}); there is nothing to revert",
+            code="not_revertible",
+        )
     if record.action == Action.REVERT and (record.after.get(DELETED_MEMORIES) or record.after.get(DELETED_EDGES)):
         raise Conflict(
             f"record {record.pk} reverted a change by deleting the rows it had created; they cannot be "
@@ -96,6 +101,12 @@ def check_revertible(record: EvolutionRecord) -> None:
         )
     for check, _ in _handlers:
         check(record)
+
+
+def revertible(record: EvolutionRecord) -> bool:
+    """Whether a page should offer to revert `record`: applied, not reverted yet, and a change (not an
+    audit entry). The checks that need the rows (a later change in the way) run when it is asked for."""
+    return not record.dry_run and record.reverted_at is None and record.action not in AUDIT_ONLY_ACTIONS
 
 
 def revert_records(records: Sequence[EvolutionRecord], actor: User | None, now: datetime) -> list[EvolutionRecord]:

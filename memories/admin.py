@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from memories.models import AuditEntry, Edge, Membership, Memory, RetrievalEvent, Workspace
+from memories.models import Edge, Membership, Memory, RetrievalEvent, Workspace
 from memories.services import graph_touch
 
 
@@ -123,16 +123,4 @@ class RetrievalEventAdmin(admin.ModelAdmin[RetrievalEvent]):
     show_full_result_count = False
 
     def has_change_permission(self, request: object, obj: object = None) -> bool:
-        return False
-
-
-@admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin[AuditEntry]):
-    list_display = ("action", "object_id", "actor", "created_at", "workspace")
-    list_filter = ("action", "workspace")
-
-    def has_change_permission(self, request: object, obj: object = None) -> bool:
-        return False
-
-    def has_add_permission(self, request: object) -> bool:
         return False

@@ -406,21 +406,3 @@ class RetrievalEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source} #{self.rank} {self.memory_id}"
-
-
-class AuditEntry(models.Model):
-    """Actions of people that are not evolution records (hard deletes, token creation)."""
-
-    # audit_ws_created leads with workspace.
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="audit_entries", db_index=False)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
-    action = models.CharField(max_length=32)
-    object_id = models.CharField(max_length=64, blank=True, default="")
-    detail = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        indexes: ClassVar = [models.Index(fields=["workspace", "created_at"], name="audit_ws_created")]
-
-    def __str__(self) -> str:
-        return f"{self.action} {self.object_id}"

@@ -24,7 +24,6 @@ from memories.bulk import bulk_insert, new_instance
 from memories.embedding_service import embedding_changes, embedding_text, memories_embed
 from memories.inputs import EDITABLE_FIELDS, MemoryInput, SessionInput, origin_tier
 from memories.models import (
-    AuditEntry,
     CompressionTier,
     Edge,
     EdgeType,
@@ -284,13 +283,6 @@ def memory_delete_hard(*, workspace: Workspace, memory: Memory, actor: User | No
             "metadata",
         )
     }
-    AuditEntry.objects.create(
-        workspace=workspace,
-        actor=audit.actor_or_none(actor),
-        action="memory.delete",
-        object_id=str(memory.id),
-        detail=content,
-    )
     audit.records_save(
         [
             audit.record_build(
@@ -632,12 +624,15 @@ def api_token_ensure(*, user: AbstractBaseUser, workspace: Workspace) -> str:
     with transaction.atomic():
         token, created = Token.objects.get_or_create(user=user)
         if created:
-            AuditEntry.objects.create(
-                workspace=workspace,
-                actor=audit.actor_or_none(user),
-                action="token.create",
-                object_id=str(user.pk),
-                detail={},
+            audit.record_save(
+                audit.record_build(
+                    workspace=workspace,
+                    evolver="tokens",
+                    action=Action.GRANT,
+                    reason=f"API token created for {user.get_username()}",
+                    after={"token_user": user.pk},
+                    actor=user,
+                )
             )
     return str(token.key)
 

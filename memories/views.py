@@ -31,7 +31,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from history import audit
 from history.audit import CREATED_MEMORIES
-from history.models import Action, EvolutionRecord
+from history.models import EvolutionRecord
+from history.revert import revertible
 from memories import selectors, services
 from memories.algorithms.activation import decayed_activation, hours_since, project_decay_curve
 from memories.forms import (
@@ -528,7 +529,7 @@ def timeline(memory: Memory, records: Sequence[EvolutionRecord]) -> list[Timelin
                 record=record,
                 changes=changes,
                 others=len(touched - {key}),
-                revertible=record.reverted_at is None and not record.dry_run and record.action != Action.DELETE,
+                revertible=revertible(record),
             )
         )
     return entries

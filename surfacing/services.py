@@ -43,11 +43,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import InvalidInput
+from history import audit
+from history.models import Action
 from memories.algorithms.activation import BOOST_CO_RETRIEVED, BOOST_DIRECT, BOOST_SURFACED
 from memories.algorithms.entities import count_entities
 from memories.algorithms.fts import query_terms
 from memories.embeddings import embedder_for
-from memories.models import AuditEntry, Memory, MemoryType, RetrievalSource, Workspace
+from memories.models import Memory, MemoryType, RetrievalSource, Workspace
 from memories.selectors import lexical_search
 from memories.signalbus import retrieval_signals
 from memories.vectorindex import vector_search
@@ -1112,11 +1114,21 @@ def settings_update(
     workspace.evolution_settings = stored_evolution
     after = {"surfacing": stored_surfacing, "evolution": stored_evolution}
     if before != after:
-        AuditEntry.objects.create(
-            workspace=workspace,
-            actor_id=actor.pk if actor is not None and actor.is_authenticated else None,
-            action="settings.update",
-            object_id=str(workspace.pk),
-            detail={"before": before, "after": after},
+        changed = sorted(
+            f"{group}.{key}"
+            for group in ("surfacing", "evolution")
+            for key in set(before[group]) | set(after[group])
+            if before[group].get(key) != after[group].get(key)
+        )
+        audit.record_save(
+            audit.record_build(
+                workspace=workspace,
+                evolver="settings",
+                action=Action.CONFIGURE,
+                reason=f"settings changed by {audit.actor_name(actor) or 'a caller'}: {', '.join(changed)}"[:2000],
+                before={audit.SETTINGS: before},
+                after={audit.SETTINGS: after},
+                actor=actor,
+            )
         )
     return selectors.WorkspaceSettings(surfacing=effective, evolution=effective_evolution(stored_evolution))

@@ -19,9 +19,10 @@ from core.errors import InvalidInput
 from evolution import dream, engine, memdir_io, proposals
 from evolution.algorithms import memdir
 from evolution.models import Outcome, Proposal, ProposalStatus
+from history.models import Action, EvolutionRecord
 from memories import services
 from memories.inputs import MemoryInput
-from memories.models import AuditEntry, Memory, RetrievalEvent, Workspace
+from memories.models import Memory, RetrievalEvent, Workspace
 
 pytestmark = pytest.mark.django_db
 
@@ -305,7 +306,7 @@ def test_a_malformed_directory_reports_every_problem_with_file_and_line_and_impo
     found = {(p["file"], p["line"]) for p in caught.value.problems_json()}
     assert found == {("hot/memory.md", 4), ("hot/corrections.md", 1), ("engine/sensor.json", 3), ("notes.txt", None)}
     assert (Memory.objects.count(), Outcome.objects.count(), Proposal.objects.count()) == before
-    assert not AuditEntry.objects.filter(action=memdir_io.LINEAGE_ACTION).exists()
+    assert not EvolutionRecord.objects.filter(evolver=memdir_io.LINEAGE_EVOLVER, action=Action.IMPORT).exists()
 
 
 def test_workspace_level_problems_are_reported_with_their_line_too(workspace: Workspace, user: Any) -> None:

@@ -136,7 +136,6 @@ def test_embedding_is_stored_as_bytes(workspace: Workspace) -> None:
 # (table, column, composite index): the single-column index of the column was dropped because the composite
 # index leads with it.
 REDUNDANT_FK_INDEXES = [
-    ("memories_auditentry", "workspace_id", "audit_ws_created"),
     ("memories_edge", "workspace_id", "edge_ws_type"),
     ("memories_retrievalevent", "memory_id", "ret_mem_created"),
     ("memories_retrievalevent", "workspace_id", "ret_ws_created"),

@@ -15,7 +15,7 @@ from history.models import Action, EvolutionRecord, RecordLink
 from memories import selectors, services
 from memories.algorithms.sortkey import activation_sort_key
 from memories.inputs import MemoryInput
-from memories.models import AuditEntry, Edge, EdgeType, Membership, Memory, MemoryType, Role, Status, Workspace
+from memories.models import Edge, EdgeType, Membership, Memory, MemoryType, Role, Status, Workspace
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
@@ -244,13 +244,12 @@ def test_a_hard_delete_keeps_the_content_in_the_audit_log(
     services.memory_delete_hard(workspace=workspace, memory=memory, actor=user)
     assert not Memory.objects.filter(id=mid).exists()
     assert not Edge.objects.exists()
-    entry = AuditEntry.objects.get(workspace=workspace, action="memory.delete")
-    assert entry.object_id == str(mid)
-    assert entry.actor == user
-    assert entry.detail["content"] == "the secret recipe"
-    assert entry.detail["tags"] == ["food"]
-    record = EvolutionRecord.objects.get(action=Action.DELETE)
+    # One audit row: the delete record keeps what was deleted, and who did it.
+    record = EvolutionRecord.objects.get(workspace=workspace, action=Action.DELETE)
+    assert record.actor == user
+    assert record.input_ids == [str(mid)]
     assert record.before["deleted"][str(mid)]["content"] == "the secret recipe"
+    assert record.before["deleted"][str(mid)]["tags"] == ["food"]
     assert RecordLink.objects.filter(record=record, memory_id=mid).exists()
 
 

@@ -11,10 +11,10 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from history.models import EvolutionRecord
+from history.models import Action, EvolutionRecord
 from memories import services
 from memories.inputs import MemoryInput
-from memories.models import AuditEntry, CompressionTier, Edge, Memory, RetrievalEvent, Role, Status, Workspace
+from memories.models import CompressionTier, Edge, Memory, RetrievalEvent, Role, Status, Workspace
 
 # Also run on PostgreSQL by `make test`: the pages drive the bulk, revert and rehydrate services.
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
@@ -238,9 +238,9 @@ def test_hard_delete_needs_the_first_words_and_leaves_an_audit_entry(
     right = browser.post(url(center, "delete/"), {"confirm_text": "  decision:   WE picked "})
     assert right["Location"] == "/w/acme/"
     assert not Memory.objects.filter(pk=center.pk).exists()
-    entry = AuditEntry.objects.get(workspace=workspace, action="memory.delete")
-    assert entry.object_id == str(center.id)
-    assert entry.detail["content"] == "Decision: we picked JWT access tokens"
+    record = EvolutionRecord.objects.get(workspace=workspace, action=Action.DELETE)
+    assert record.input_ids == [str(center.id)]
+    assert record.before["deleted"][str(center.id)]["content"] == "Decision: we picked JWT access tokens"
 
 
 def test_graph_json_has_two_hops_as_cytoscape_elements(browser: Client, linked: tuple[Memory, list[Memory]]) -> None:

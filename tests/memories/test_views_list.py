@@ -13,7 +13,8 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from memories.models import AuditEntry, Memory, Role, Status, Workspace
+from history.models import Action, EvolutionRecord
+from memories.models import Memory, Role, Status, Workspace
 
 # Also run on PostgreSQL by `make test`: the pages drive the bulk, revert and rehydrate services.
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
@@ -208,9 +209,9 @@ def test_new_workspace_teaches_the_curl_line_with_a_token_created_on_demand(
     html = browser.get(LIST).content.decode()
     assert f"Authorization: Token {key}" in html
     assert "http://testserver/api/v1/workspaces/acme/memories/" in html
-    assert AuditEntry.objects.filter(workspace=workspace, action="token.create").count() == 1
+    assert EvolutionRecord.objects.filter(workspace=workspace, action=Action.GRANT, evolver="tokens").count() == 1
     browser.post("/w/acme/token/")
-    assert AuditEntry.objects.filter(workspace=workspace, action="token.create").count() == 1
+    assert EvolutionRecord.objects.filter(workspace=workspace, action=Action.GRANT, evolver="tokens").count() == 1
 
 
 def test_filtered_empty_result_offers_to_clear_filters(browser: Client, make_memory: Callable[..., Memory]) -> None:

@@ -10,8 +10,9 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from django.test import Client
 
+from history.models import Action, EvolutionRecord
 from memories import services as memory_services
-from memories.models import AuditEntry, RetrievalEvent, Role, Workspace
+from memories.models import RetrievalEvent, Role, Workspace
 from memories.signalbus import LocalSignalBus
 from surfacing.inspector import KNOBS as KNOB_LIST
 from surfacing.settings import DEFAULTS
@@ -254,7 +255,7 @@ def test_editor_saves_what_if_settings_and_returns_to_the_inspection(
     assert response.status_code == 302
     assert response["Location"] == back
     assert reload(demo).surfacing_settings == {"centrality_weight": 1.5, "ppr_enabled": False, "mode": "router"}
-    assert AuditEntry.objects.filter(workspace=demo, action="settings.update").count() == 1
+    assert EvolutionRecord.objects.filter(workspace=demo, action=Action.CONFIGURE).count() == 1
     html = editor.get(back).content.decode()
     assert "Saved as the workspace&#x27;s settings" in html
     assert "Workspace default (router)" in html
@@ -286,7 +287,7 @@ def test_save_never_redirects_off_site(owner: Client) -> None:
 def test_save_with_nothing_to_change_says_so(demo: Workspace, owner: Client) -> None:
     response = owner.post(SAVE, {}, headers=HTMX_SAVE)
     assert "Nothing to save" in response.content.decode()
-    assert not AuditEntry.objects.filter(workspace=demo, action="settings.update").exists()
+    assert not EvolutionRecord.objects.filter(workspace=demo, action=Action.CONFIGURE).exists()
 
 
 # -- query counts -----------------------------------------------------------------------------------
