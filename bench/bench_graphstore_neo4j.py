@@ -39,7 +39,7 @@ RETURN a.id AS a, nb, wk
 
 def varlen_neighbourhood(store, workspace, seeds, hops):  # type: ignore[no-untyped-def]
     """The alternative: one variable-length query, then the same subgraph build (no max_nodes admission)."""
-    from surfacing.graphstore_neo4j import _unpack
+    from graph.bolt import _unpack
 
     started = time.perf_counter()
     admitted = {s.hex: 0 for s in seeds}
@@ -113,10 +113,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     args = parser.parse_args()
     django_setup("graphstore_neo4j.sqlite3", fresh=False)
+    from graph.bolt import Neo4jGraphStore
+    from graph.store import EdgeRef
     from surfacing.algorithms.ppr import ppr_push
     from surfacing.algorithms.spreading import spread
-    from surfacing.graphstore import EdgeRef
-    from surfacing.graphstore_neo4j import Neo4jGraphStore
 
     store = Neo4jGraphStore(args.uri, namespace="bench_")
     store.ping()

@@ -135,10 +135,10 @@ def main() -> None:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
+    from graph.store import graph_store
     from memories.embeddings import embedder_for
     from memories.models import Workspace
     from memories.vectorindex import vector_index, vector_index_settle
-    from surfacing.graphstore import graph_store
 
     client = Client()
     client.force_login(get_user_model().objects.get(username="bench"))

@@ -218,7 +218,7 @@ def _merged_csr(graph: Any) -> Any:
     import numpy as np
     import scipy.sparse as sp
 
-    from surfacing.algorithms.graph import build_csr
+    from graph.algorithms import build_csr
 
     n = graph.n_nodes
     data = (graph.weights.astype("float64"), graph.indices.copy(), graph.indptr.copy())
@@ -231,7 +231,7 @@ def bench_ppr(snapshot: Any, runs: int) -> list[str]:
     import networkx as nx
     import numpy as np
 
-    from surfacing.algorithms.graph import build_csr
+    from graph.algorithms import build_csr
     from surfacing.algorithms.ppr import ppr_power, ppr_push
     from surfacing.settings import SurfacingSettings
 
@@ -310,9 +310,9 @@ def bench_refresh(workspace: Any, n_edges: int = 100, seed: int = 3) -> str:
     read, inside a transaction that is rolled back (the bench workspace stays as generated)."""
     from django.db import transaction
 
+    from graph.store import SqlGraphStore
     from memories import services
     from memories.models import Edge, Memory
-    from surfacing.graphstore import SqlGraphStore
 
     store = SqlGraphStore()
     store.full_snapshot(workspace)
@@ -357,10 +357,10 @@ def main() -> None:
     db_path = django_setup(DB_NAME, fresh=args.fresh)
     from rest_framework.authtoken.models import Token
 
+    from graph.store import graph_store
     from memories.embeddings import embedder_for
     from memories.models import Memory, Workspace
     from memories.vectorindex import vector_index, vector_index_settle
-    from surfacing.graphstore import graph_store
 
     meta = _ensure_workspace(args)
     workspace = Workspace.objects.get(slug="bench")

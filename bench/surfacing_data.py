@@ -117,6 +117,7 @@ def generate(*, n_memories: int, n_edges: int, seed: int = 7, slug: str = "bench
     from django.contrib.auth import get_user_model
     from django.db import connection, transaction
 
+    from graph.writes import graph_touch
     from memories import services
     from memories.algorithms.sortkey import activation_sort_key
     from memories.embedding_service import memories_embed
@@ -227,7 +228,7 @@ def generate(*, n_memories: int, n_edges: int, seed: int = 7, slug: str = "bench
     with transaction.atomic(), connection.cursor() as cursor:
         for start in range(0, len(params), 100_000):
             cursor.executemany(sql, params[start : start + 100_000])
-        services.graph_touch(workspace=workspace)
+        graph_touch(workspace=workspace)
     edges_seconds = time.perf_counter() - edge_started
     print(
         f"generated workspace {slug!r}: {n_memories:,} memories in {memories_seconds:.1f} s, "

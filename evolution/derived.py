@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from graph.writes import graph_mirror, graph_touch
 from history import audit
 from memories.algorithms.sortkey import activation_sort_key
 from memories.embedding_service import memories_embed
 from memories.inputs import MAX_TAGS, origin_tier
 from memories.models import Edge, Memory, Workspace
-from memories.services import graph_mirror, graph_touch
 
 # A derived memory lists at most this many sources in metadata and edges: an opinion backed by
 # thousands of memories stays one row of bounded size, and the count is kept in full beside it.
@@ -75,7 +75,7 @@ def insert_derived(
         Memory.objects.bulk_create(list(memories), batch_size=500)
     if not edges:
         return []
-    graph_touch(workspace=workspace)  # before the insert: see memories.services.graph_touch
+    graph_touch(workspace=workspace)  # before the insert: see graph.writes.graph_touch
     created = Edge.objects.bulk_create(
         [Edge(workspace=workspace, source_id=s, target_id=t, edge_type=kind, created_at=now) for s, t, kind in edges],
         batch_size=1000,

@@ -6,8 +6,8 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from graph.writes import graph_touch
 from memories.models import Edge, Membership, Memory, RetrievalEvent, Workspace
-from memories.services import graph_touch
 
 
 def _rewrites(workspace_ids: set[int]) -> None:

@@ -16,11 +16,11 @@ from django.db import models
 from django.db.models import F, Q
 
 from core.errors import Conflict
+from graph.writes import graph_mirror
 from history.audit import CREATED_EDGES, CREATED_MEMORIES, EDGE_CHANGES, encode_value, is_uuid
 from history.models import EvolutionRecord, RecordLink
 from memories.embedding_service import vectors_touch
 from memories.models import Edge, Memory, Workspace
-from memories.services import graph_mirror
 
 _DATETIME_FIELDS = {f.name for f in Memory._meta.concrete_fields if isinstance(f, models.DateTimeField)} | {
     f.name for f in Edge._meta.concrete_fields if isinstance(f, models.DateTimeField)

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from core.errors import Conflict, InvalidInput, NotFound
+from graph.writes import graph_mirror, graph_touch
 from history import audit, revert
 from history.models import Action, EvolutionRecord
 from memories import live
@@ -34,7 +35,6 @@ from memories.models import (
     Status,
     Workspace,
 )
-from memories.selectors import as_uuid
 
 User = AbstractBaseUser | AnonymousUser
 _ORIGIN_MAX: int = Memory._meta.get_field("origin").max_length or 120
@@ -78,53 +78,6 @@ def membership_set(*, workspace: Workspace, user: AbstractBaseUser, role: str) -
         raise InvalidInput(f"role: {role!r} is not one of {', '.join(Role.values)}", field="role")
     membership, _ = Membership.objects.update_or_create(workspace=workspace, user=user, defaults={"role": role})
     return membership
-
-
-def graph_touch(*, workspace: Workspace, rewrites: bool = False) -> None:
-    """Tell cached graph snapshots of the workspace that its edges changed (inside the writing transaction).
-
-    ``graph_generation`` += 1 for every edge write: a snapshot then reads the edges whose id is above
-    the largest it holds. ``rewrites=True`` (edges deleted, re-weighted or re-typed, or memories with
-    edges deleted) also bumps ``graph_rewrites``, which makes the next read rebuild the snapshot.
-
-    Call it *before* inserting edges: on PostgreSQL its UPDATE holds the workspace row until commit, so
-    the next writer of this workspace takes its edge ids only after this one committed; edge ids of a
-    workspace then appear in commit order and "above the largest id read" misses nothing.
-    """
-    changes: dict[str, Any] = {"graph_generation": F("graph_generation") + 1}
-    if rewrites:
-        changes["graph_rewrites"] = F("graph_rewrites") + 1
-    Workspace.objects.filter(pk=workspace.pk).update(**changes)
-
-
-EdgeRow = tuple[uuid.UUID | str, uuid.UUID | str, str, float]  # source id, target id, edge type, weight
-
-
-def graph_mirror(*, workspace: Workspace, added: Iterable[EdgeRow] = (), removed: Iterable[EdgeRow] = ()) -> None:
-    """Hand edge writes to the graph store once the transaction commits.
-
-    The sql store needs nothing (graph_touch already told its snapshots), so the rows are not even
-    built for it (callers may pass lazy generators, over querysets too); a Bolt store mirrors them into
-    its graph. Ids may be UUIDs or their text. ``robust``: a graph that is down must not
-    fail a write the database has kept.
-    """
-    from surfacing.graphstore import EdgeRef, SqlGraphStore, graph_store
-
-    store = graph_store()
-    if isinstance(store, SqlGraphStore):
-        return
-    added_refs = [EdgeRef(as_uuid(s), as_uuid(t), ty, float(w)) for s, t, ty, w in added]
-    removed_refs = [EdgeRef(as_uuid(s), as_uuid(t), ty, float(w)) for s, t, ty, w in removed]
-    if not added_refs and not removed_refs:
-        return
-
-    def mirror() -> None:
-        if removed_refs:
-            store.edges_removed(workspace, removed_refs)
-        if added_refs:
-            store.edges_added(workspace, added_refs)
-
-    transaction.on_commit(mirror, robust=True)
 
 
 # -- memories -------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ def _redis() -> None:
 
 
 def _neo4j() -> None:
-    from surfacing.graphstore import graph_store
+    from graph.store import graph_store
 
     graph_store().ping()
 

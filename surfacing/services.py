@@ -1,6 +1,6 @@
 """get_working_context, direct search, session pins and surfacing settings: the writes of surfacing.
 
-get_working_context (seed 001) runs, in order (docs/surfacing.md, "Ranking", says why):
+get_working_context runs, in order (docs/surfacing.md, "Ranking", says why):
 
 1. validate (k in 1..100, strategy and mode names, legacy mode only with fast:recency, max_tokens large
    enough for the smallest anchor) and route the query (legacy mode always runs fast:recency);
@@ -43,6 +43,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import InvalidInput
+from graph.algorithms import (
+    SPREAD_EDGE_CODES,
+    edge_type_mask,
+    edge_type_name,
+    top_neighbours_many,
+)
+from graph.store import Subgraph, graph_store
 from history import audit
 from history.models import Action
 from memories.algorithms.activation import BOOST_CO_RETRIEVED, BOOST_DIRECT, BOOST_SURFACED
@@ -66,19 +73,12 @@ from surfacing.algorithms.composite import (
     score_candidates,
 )
 from surfacing.algorithms.context import context_damping, propagate_relevance
-from surfacing.algorithms.graph import (
-    SPREAD_EDGE_CODES,
-    edge_type_mask,
-    edge_type_name,
-    top_neighbours_many,
-)
 from surfacing.algorithms.point_query import MENTION_EDGE_CODES, entity_keys, mention_relevance
 from surfacing.algorithms.ppr import candidate_centrality, ppr_push, top_k
 from surfacing.algorithms.relevance import fuse, normalise_bm25, normalise_dense, subject_match
 from surfacing.algorithms.router import RouteDecision, Strategy, parse_strategy, route
 from surfacing.algorithms.spreading import SpreadHit, spread
 from surfacing.algorithms.temporal import asks_when, says_when
-from surfacing.graphstore import Subgraph, graph_store
 from surfacing.pins import Pin, pin_store
 from surfacing.settings import (
     SurfacingSettings,
@@ -642,7 +642,8 @@ def get_working_context(
     deep = router and strategy_used is Strategy.DEEP_MULTI_HOP
     spread_seeds = [mid for mid in found.ids if mid not in forced][: cfg.graph_seeds] if deep else []
     # Point queries are lookups ("invoices", "list decisions"): the memories around a hit would be noise.
-    # Legacy mode reads context too unless it runs the seed's formula as written.
+    # Legacy mode reads context too, except in the seed profile: that profile keeps the project's first
+    # composite exactly as it was written, and that composite read no context.
     weights = cfg.weights()
     with_context = not point_query and (router or weights.profile is ScoreProfile.CALIBRATED)
     context_seeds = _context_seeds(cands, forced, cfg) if with_context else []

@@ -13,13 +13,13 @@ from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from graph.bolt import Neo4jGraphStore
+from graph.store import set_graph_store
 from memories import services
 from memories.inputs import MemoryInput
 from memories.models import Memory, Role, Workspace
 from memories.signalbus import LocalSignalBus, set_signal_bus
 from memories.vectorindex import vector_index_clear
-from surfacing.graphstore import set_graph_store
-from surfacing.graphstore_neo4j import Neo4jGraphStore
 
 NEO4J_URI = os.environ.get("TEST_NEO4J_URI", "bolt://127.0.0.1:7688")
 

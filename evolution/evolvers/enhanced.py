@@ -57,6 +57,8 @@ from evolution.evolvers.base import (
     write_rows,
 )
 from evolution.models import EvolutionRun
+from graph.store import CO_RETRIEVED_FULL_COUNT
+from graph.writes import graph_mirror, graph_touch
 from history import audit
 from history.models import Action, EvolutionRecord
 from memories.algorithms.embedding import stack_embeddings
@@ -65,8 +67,6 @@ from memories.embedding_service import memories_embed
 from memories.embeddings import embedder_for
 from memories.inputs import MAX_CONTENT_CHARS, MAX_TAGS, origin_tier
 from memories.models import Edge, EdgeType, Memory, MemoryType, Status, Workspace
-from memories.services import graph_mirror, graph_touch
-from surfacing.graphstore import CO_RETRIEVED_FULL_COUNT
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
@@ -253,7 +253,7 @@ class EnhancedWorkingToEpisodic:
             if episodes:
                 memories_embed(workspace=workspace, memories=episodes)
                 Memory.objects.bulk_create(episodes, batch_size=500)
-                graph_touch(workspace=workspace)  # before the insert: see memories.services.graph_touch
+                graph_touch(workspace=workspace)  # before the insert: see graph.writes.graph_touch
                 created = Edge.objects.bulk_create(
                     [
                         Edge(
@@ -796,7 +796,7 @@ class HebbianCoRetrieval:
                 graph_touch(workspace=workspace, rewrites=True)
             if created:
                 # New edges change the graph snapshot, and the touch goes first: see
-                # memories.services.graph_touch.
+                # graph.writes.graph_touch.
                 graph_touch(workspace=workspace, rewrites=reweighted)
                 last_id = selectors.edge_last_id()
                 insert_rows(

@@ -33,7 +33,7 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
-from surfacing.algorithms.graph import EDGE_TYPES, CSRGraph, edge_type_code, edge_type_name, top_neighbours_many
+from graph.algorithms import EDGE_TYPES, CSRGraph, edge_type_code, edge_type_name, top_neighbours_many
 from surfacing.algorithms.spreading import SpreadHit
 
 __all__ = ["CITATION_EDGE_TYPES", "SEQUENCE_EDGE_TYPES", "context_damping", "propagate_relevance"]

@@ -1,6 +1,6 @@
 """factual:point-query over the graph: which entities a query names, and how relevant their mentions are.
 
-Seed 001 describes the point query as graph-only: a short lookup ("Caroline", "show Bob Smith", "list
+The point query is graph-only: a short lookup ("Caroline", "show Bob Smith", "list
 JWT") is answered from the graph around the entity it names instead of from vector search, which would
 drown a single entity in loosely similar text. Conversation ingestion keeps one ``entity`` memory per
 entity key (``subject`` = the key from ``memories.algorithms.entities``) with a MENTIONS edge from every
@@ -26,8 +26,8 @@ import unicodedata
 import numpy as np
 import numpy.typing as npt
 
+from graph.algorithms import edge_type_code
 from memories.algorithms.entities import extract_entities
-from surfacing.algorithms.graph import edge_type_code
 
 __all__ = [
     "ENTITY_RELEVANCE",

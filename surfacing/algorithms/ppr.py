@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from surfacing.algorithms.graph import CSRGraph
+from graph.algorithms import CSRGraph
 
 __all__ = [
     "DEFAULT_ALPHA",

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from surfacing.algorithms.graph import (
+from graph.algorithms import (
     EDGE_TYPES,
     SPREAD_EDGE_CODES,
     CSRGraph,

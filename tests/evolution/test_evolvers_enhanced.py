@@ -12,9 +12,9 @@ import pytest
 from evolution.algorithms.consolidation import WorkingItem, cluster_working
 from evolution.algorithms.retrieval import retrieval_boost
 from evolution.evolvers.enhanced import cluster_buffer, iso_milliseconds
+from graph.store import CO_RETRIEVED_FULL_COUNT
 from history.models import EvolutionRecord
 from memories.models import Edge, EdgeType, Memory, Workspace
-from surfacing.graphstore import CO_RETRIEVED_FULL_COUNT
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from evolution import services
+from graph.bolt import Neo4jGraphStore
 from history.models import EvolutionRecord
 from memories.models import EdgeType, Memory, Status
-from surfacing.graphstore_neo4j import Neo4jGraphStore
 from tests.evolution.conftest import EvolutionKit
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from surfacing.graphstore import graph_store, set_graph_store
+from graph.store import graph_store, set_graph_store
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 

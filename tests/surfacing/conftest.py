@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from graph.store import SqlGraphStore, set_graph_store
 from memories.demo import demo_load
 from memories.models import Workspace
-from surfacing.graphstore import SqlGraphStore, set_graph_store
 from surfacing.pins import DbPinStore, set_pin_store
 
 

@@ -13,14 +13,14 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from evolution.derived import insert_derived
+from graph import store as graphstore
+from graph.algorithms import edge_type_code
+from graph.store import SqlGraphStore, graph_store, set_graph_store
 from history import audit
 from history.models import Action
 from memories import services
 from memories.inputs import SessionInput, TurnInput
 from memories.models import Edge, Memory, Workspace
-from surfacing import graphstore
-from surfacing.algorithms.graph import edge_type_code
-from surfacing.graphstore import SqlGraphStore, graph_store, set_graph_store
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 

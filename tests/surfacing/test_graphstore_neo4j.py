@@ -20,14 +20,14 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from graph.algorithms import edge_type_code
+from graph.bolt import Neo4jGraphStore
+from graph.store import EdgeRef, SqlGraphStore, Subgraph, graph_store, set_graph_store
 from memories import services
 from memories.models import Edge, Memory, Workspace
 from surfacing import services as surfacing_services
-from surfacing.algorithms.graph import edge_type_code
 from surfacing.algorithms.ppr import ppr_push
 from surfacing.algorithms.spreading import spread
-from surfacing.graphstore import EdgeRef, SqlGraphStore, Subgraph, graph_store, set_graph_store
-from surfacing.graphstore_neo4j import Neo4jGraphStore
 from surfacing.pins import DbPinStore, set_pin_store
 
 NEO4J_URI = os.environ.get("TEST_NEO4J_URI", "bolt://127.0.0.1:7688")
@@ -142,7 +142,7 @@ def test_a_second_sync_removes_what_the_database_no_longer_has_and_keeps_the_res
 def test_neighbourhood_holds_the_same_nodes_and_edges_as_the_sql_snapshot_within_the_hops(
     neo: Neo4jGraphStore, workspace: Workspace, random_graph: list[Memory]
 ) -> None:
-    from surfacing.graphstore_neo4j import sync_workspace
+    from surfacing.graph_sync import sync_workspace
 
     sync_workspace(neo, workspace)
     full = SqlGraphStore().full_snapshot(workspace)
@@ -164,7 +164,7 @@ def test_neighbourhood_holds_the_same_nodes_and_edges_as_the_sql_snapshot_within
 def test_spreading_and_ppr_give_the_same_results_on_both_backends(
     neo: Neo4jGraphStore, workspace: Workspace, random_graph: list[Memory]
 ) -> None:
-    from surfacing.graphstore_neo4j import sync_workspace
+    from surfacing.graph_sync import sync_workspace
 
     sync_workspace(neo, workspace)
     full = SqlGraphStore().full_snapshot(workspace)
@@ -197,7 +197,7 @@ def test_spreading_and_ppr_give_the_same_results_on_both_backends(
 def test_a_seed_without_edges_is_still_a_node_as_in_the_sql_snapshot(
     neo: Neo4jGraphStore, workspace: Workspace, random_graph: list[Memory]
 ) -> None:
-    from surfacing.graphstore_neo4j import sync_workspace
+    from surfacing.graph_sync import sync_workspace
 
     sync_workspace(neo, workspace)
     lonely, linked = random_graph[-1], random_graph[0]
@@ -214,7 +214,7 @@ def test_a_seed_without_edges_is_still_a_node_as_in_the_sql_snapshot(
 def test_working_context_is_the_same_with_either_store(
     neo: Neo4jGraphStore, workspace: Workspace, make_memory: Make
 ) -> None:
-    from surfacing.graphstore_neo4j import sync_workspace
+    from surfacing.graph_sync import sync_workspace
 
     set_pin_store(DbPinStore())
     decision = make_memory("We picked JWT for authentication", memory_type="decision")
@@ -249,7 +249,7 @@ def test_another_workspaces_nodes_never_appear(
     other_workspace: Workspace,
     make_memory: Make,
 ) -> None:
-    from surfacing.graphstore_neo4j import sync_workspace
+    from surfacing.graph_sync import sync_workspace
 
     mine = [make_memory(f"mine {i}") for i in range(5)]
     theirs = [make_memory(f"theirs {i}", ws=other_workspace) for i in range(5)]
@@ -371,7 +371,7 @@ def test_weights_keep_six_decimals_and_rows_are_chunked_under_the_parameter_budg
 def test_graph_sync_to_sql_verifies_then_rebuilds_the_database_from_the_graph(
     neo: Neo4jGraphStore, workspace: Workspace, make_memory: Make, capsys: Any
 ) -> None:
-    from surfacing.graphstore_neo4j import sync_workspace
+    from surfacing.graph_sync import sync_workspace
 
     a, b, c = (make_memory(t) for t in "abc")
     link_all(workspace, [(a, b, "RELATED", 1.0), (b, c, "MENTIONS", 0.5)])

@@ -11,15 +11,15 @@ import pytest
 from django.utils import timezone
 
 from core.errors import InvalidInput
+from graph.algorithms import SPREAD_EDGE_TYPES, build_csr, edge_type_codes, edge_type_mask
+from graph.algorithms import top_neighbours as one_node
+from graph.store import Subgraph
 from memories import services as memory_services
 from memories.algorithms.activation import decayed_activation
 from memories.inputs import SessionInput, TurnInput
 from memories.models import Memory, RetrievalEvent, Status, Workspace
 from memories.signalbus import LocalSignalBus
 from surfacing import services
-from surfacing.algorithms.graph import SPREAD_EDGE_TYPES, build_csr, edge_type_codes, edge_type_mask
-from surfacing.algorithms.graph import top_neighbours as one_node
-from surfacing.graphstore import Subgraph
 from surfacing.pins import pin_store
 from surfacing.settings import DEFAULTS
 

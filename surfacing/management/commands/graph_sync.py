@@ -14,9 +14,10 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from graph.bolt import Neo4jGraphStore
+from graph.store import graph_store
 from memories.models import Workspace
-from surfacing.graphstore import graph_store
-from surfacing.graphstore_neo4j import Neo4jGraphStore, diff_with_sql, reconcile_sql, sync_workspace
+from surfacing.graph_sync import diff_with_sql, reconcile_sql, sync_workspace
 
 
 class Command(BaseCommand):

@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from graph.algorithms import EDGE_TYPES, CSRGraph, build_csr, edge_type_code, edge_type_codes
 from surfacing.algorithms.context import context_damping, propagate_relevance
-from surfacing.algorithms.graph import EDGE_TYPES, CSRGraph, build_csr, edge_type_code, edge_type_codes
 from surfacing.algorithms.spreading import SpreadHit
 
 FORWARD, BACKWARD = context_damping(0.8, 0.75)

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from surfacing.algorithms.graph import (
+from graph.algorithms import (
     EDGE_TYPES,
     OTHER_EDGE_CODE,
     SPREAD_EDGE_CODES,

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from surfacing.algorithms.graph import edge_type_code
+from graph.algorithms import edge_type_code
 from surfacing.algorithms.point_query import ENTITY_RELEVANCE, MENTION_EDGE_CODES, entity_keys, mention_relevance
 
 

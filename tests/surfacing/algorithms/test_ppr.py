@@ -4,7 +4,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from surfacing.algorithms.graph import CSRGraph, build_csr
+from graph.algorithms import CSRGraph, build_csr
 from surfacing.algorithms.ppr import (
     PowerIterationError,
     PPRResult,

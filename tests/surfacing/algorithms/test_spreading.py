@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from surfacing.algorithms import spreading
-from surfacing.algorithms.graph import (
+from graph.algorithms import (
     EDGE_TYPES,
     CSRGraph,
     build_csr,
@@ -17,6 +16,7 @@ from surfacing.algorithms.graph import (
     top_neighbours,
     top_neighbours_many,
 )
+from surfacing.algorithms import spreading
 from surfacing.algorithms.spreading import SpreadHit, spread
 
 

@@ -1,4 +1,4 @@
-"""Graph access for surfacing: the GraphStore protocol and its SQL implementation.
+"""Graph access: the GraphStore protocol and its SQL implementation.
 
 Surfacing walks the memory graph (spreading activation, Personalized PageRank) through a
 ``GraphStore``. A store hands back a ``Subgraph``: a CSR matrix over dense node indices plus the map
@@ -15,12 +15,12 @@ between those indices and memory ids. Two implementations exist:
   forward push), so slicing out a neighbourhood per query would cost more than it saves.
 
   Appending by id is sound because edge ids of one workspace are handed out in commit order: writers
-  call ``memories.services.graph_touch`` *before* inserting edges, and its UPDATE of the workspace row
+  call ``graph.writes.graph_touch`` *before* inserting edges, and its UPDATE of the workspace row
   holds that row until commit, so a later writer of the workspace takes its ids after an earlier one
   committed (SQLite serialises writers anyway). The reader reads the counters first, then the edges,
   then the memories: anything committed in between is either included or announced by a counter the
   next call sees, and an edge never arrives before its memories.
-- ``Neo4jGraphStore`` (``GRAPH_BACKEND=neo4j``, in ``surfacing.graphstore_neo4j``): fetches a bounded
+- ``Neo4jGraphStore`` (``GRAPH_BACKEND=neo4j``, in ``graph.bolt``): fetches a bounded
   neighbourhood over Bolt per query and mirrors edge writes through ``edges_added`` / ``edges_removed``.
 """
 
@@ -35,17 +35,26 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, cast, overload
+from typing import TYPE_CHECKING, Protocol, cast, overload
 
 import numpy as np
 import numpy.typing as npt
+from django.apps import apps
 from django.conf import settings
 from django.db import connection
 
-from memories.models import Edge, Memory, Workspace
-from surfacing.algorithms.graph import CSRGraph, build_csr, edge_type_code, merge_csr
+from graph.algorithms import CSRGraph, build_csr, edge_type_code, merge_csr
+
+if TYPE_CHECKING:
+    from memories.models import Workspace
 
 log = logging.getLogger(__name__)
+
+
+def table(model: str) -> str:
+    """The database table of a model of the memories app (read through the app registry: no import)."""
+    return str(apps.get_model("memories", model)._meta.db_table)
+
 
 __all__ = [
     "EdgeRef",
@@ -331,7 +340,7 @@ def _read_edges(workspace_id: int, after_id: int | None) -> tuple[_EdgeGroups, i
         cursor.execute(
             f"SELECT edge_type, {concat.format(_snapshot_sql(vendor, 'source_id'), '')}, "
             f"{concat.format(_snapshot_sql(vendor, 'target_id'), '')}, {concat.format(weight_text, ',')}, max(id) "
-            f"FROM {Edge._meta.db_table} WHERE {where} GROUP BY edge_type",
+            f"FROM {table('Edge')} WHERE {where} GROUP BY edge_type",
             params,
         )
         groups = [(str(t), src, dst, w, None if top is None else int(top)) for t, src, dst, w, top in cursor.fetchall()]
@@ -345,7 +354,7 @@ def _read_nodes(workspace_id: int) -> _NodeKeys:
     concat = "group_concat({0}, '')" if vendor == "sqlite" else "string_agg({0}, '')"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {concat.format(_snapshot_sql(vendor, 'id'))} FROM {Memory._meta.db_table} WHERE workspace_id = %s",
+            f"SELECT {concat.format(_snapshot_sql(vendor, 'id'))} FROM {table('Memory')} WHERE workspace_id = %s",
             [workspace_id],
         )
         row = cursor.fetchone()
@@ -578,7 +587,7 @@ class SqlGraphStore:
         # Plain SQL: it runs on every call, and the ORM's query building costs more than the lookup.
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT graph_generation, graph_rewrites, created_at FROM {Workspace._meta.db_table} WHERE id = %s",
+                f"SELECT graph_generation, graph_rewrites, created_at FROM {table('Workspace')} WHERE id = %s",
                 [workspace.pk],
             )
             row = cursor.fetchone()
@@ -615,7 +624,7 @@ _store_lock = threading.Lock()
 
 def _neo4j_store() -> GraphStore:
     # Imported lazily: the sql backend must not need the neo4j driver, and the module is optional.
-    module = importlib.import_module("surfacing.graphstore_neo4j")
+    module = importlib.import_module("graph.bolt")
     store_class = module.Neo4jGraphStore
     return cast(
         GraphStore,

@@ -77,7 +77,7 @@ SPREAD_EDGE_TYPES: frozenset[str] = frozenset(
         "DERIVED_FROM",
     }
 )
-"""Edge types spreading activation follows by default (seed 001). FOLLOWS (conversation order) is left
+"""Edge types spreading activation follows by default. FOLLOWS (conversation order) is left
 out: a chain of turns is adjacency in time, not in meaning."""
 
 IntArray = npt.NDArray[np.int64]
