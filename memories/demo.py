@@ -1,4 +1,5 @@
-"""The demo workspace: the "why did we pick JWT" story of seed 001 and the pieces around it.
+"""The demo workspace: the "why did we pick JWT" story (a decision, and the note, incident and RFC that
+explain it, though only the decision says "JWT") and the pieces around it.
 
 Dates are relative to the moment of loading so the demo always shows a mix of fresh, warm and cold
 memories: the decision thread from weeks ago, an incident from months ago, preferences that changed

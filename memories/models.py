@@ -95,7 +95,8 @@ class Workspace(models.Model):
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(default=timezone.now)
-    # Overrides on top of the seed defaults; validated by surfacing/evolution settings services.
+    # Only this workspace's overrides of the defaults in code, so a default changed in code reaches every
+    # workspace that did not choose otherwise; validated by surfacing/evolution settings services.
     surfacing_settings = models.JSONField(default=dict, blank=True)
     evolution_settings = models.JSONField(default=dict, blank=True)
     # Bumped on every edge write so cached graph snapshots know they are stale.

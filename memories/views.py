@@ -400,7 +400,7 @@ def _y_ticks() -> list[Tick]:
 
 
 def decay_chart(memory: Memory, now: datetime, days: int = DECAY_DAYS) -> Chart:
-    """Activation on each of the next `days` days if nothing touches the memory (seed 001 decay)."""
+    """Activation on each of the next `days` days if nothing touches the memory (its half-life decay)."""
     since = None if memory.activation_last_boost_at is None else hours_since(memory.activation_last_boost_at, now)
     curve = project_decay_curve(memory.activation_score, since, memory.activation_half_life_hours, days=days)
     span = max(1, days - 1)

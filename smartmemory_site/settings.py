@@ -119,7 +119,8 @@ LLM_API_KEY = config.env_str("LLM_API_KEY")
 LLM_MODEL = config.env_str("LLM_MODEL", "gpt-4o-mini")
 LLM_TIMEOUT_SECONDS = config.env_int("LLM_TIMEOUT_SECONDS", 30, minimum=1)
 
-# Boosts are queued and written in batches; the seed flushes every 5 s.
+# Boosts are queued and written in batches, every 5 s by default: a read never waits for a write, and a
+# boost reaches the database within seconds.
 SIGNAL_FLUSH_SECONDS = config.env_int("SIGNAL_FLUSH_SECONDS", 5, minimum=1)
 # The in-process flusher thread is started by the ASGI server; tests flush explicitly.
 SIGNAL_BACKGROUND_FLUSH = config.env_bool("SIGNAL_BACKGROUND_FLUSH", True)

@@ -3,7 +3,8 @@
 Nothing here ranks anything: ``inspect`` calls ``services.get_working_context`` (once, or twice for the
 legacy/router comparison) and turns its answer into rows a template can draw without arithmetic:
 
-- the stacked score bar of each row. Router mode (seed 001)::
+- the stacked score bar of each row. Router mode in the seed profile (the project's first composite; in
+  the calibrated profile ``base`` is the relevance and ``lift`` what the bounded priors add to it)::
 
       score = base * (1 + centrality_weight * centrality) + anchor + pin + freshness
       base  = max(activation, floor) * relevance * recency

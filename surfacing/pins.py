@@ -1,6 +1,6 @@
 """Session pins: memories a caller asked to keep on top of every working context of one session.
 
-Rules (seed 001): a session is bound to the first workspace that pins in it; pinning (or unpinning)
+Rules: a session is bound to the first workspace that pins in it; pinning (or unpinning)
 through another workspace is a Conflict (``session_pin_workspace_conflict``), and reading through a
 session bound elsewhere returns no pins, so a reused or guessed session id cannot bridge tenants. The
 session and its pins live ``SESSION_PIN_TTL_SECONDS`` (24 h) from the last pin: every pin refreshes it.

@@ -2,14 +2,14 @@
 
 A workspace stores only its overrides (``Workspace.surfacing_settings``); the effective settings are the
 defaults below, then the values of the chosen ``score_profile`` (``calibrated`` by default; ``seed`` gives
-seed 001's exact composite with its constants), then the stored overrides, and every request may override
+the project's first composite exactly, with its constants), then the stored overrides, and every request may override
 them again (``settings_override``). Every value is validated here, and a bad one is an InvalidInput naming the field
 as ``surfacing.<key>`` (or ``evolution.<key>``), so the API, the commands and the pages reject the same
 input with the same words.
 
 Evolution settings live in ``Workspace.evolution_settings``. This module knows one key,
-``compression_enabled`` (bool, default False: the compression ladder is opt-in, seed 001); the evolution
-app registers the keys it adds with ``register_evolution_setting(key, default, validator)``.
+``compression_enabled`` (bool, default False: the compression ladder rewrites content, so a workspace
+opts in); the evolution app registers the keys it adds with ``register_evolution_setting(key, default, validator)``.
 """
 
 from __future__ import annotations
@@ -37,11 +37,13 @@ __all__ = [
 class SurfacingSettings:
     """Everything get_working_context tunes. Units: hours for times; weights are unitless.
 
-    - ``mode``: "legacy" (seed default: fast:recency, relevance with recency and activation, no graph) or
-      "router" (router, composite, pins, freshness, spreading and PPR).
+    - ``mode``: "legacy" (fast:recency, relevance with recency and activation, no graph; the default, so a
+      workspace keeps its behaviour until someone opts into the router) or "router" (router, composite,
+      pins, freshness, spreading and PPR).
     - ``score_profile``: "calibrated" (relevance times bounded priors, see
-      ``surfacing.algorithms.composite``) or "seed" (seed 001's formula). Choosing a profile also chooses
-      its values of the composite knobs below (``PROFILE_VALUES``) unless they are set explicitly.
+      ``surfacing.algorithms.composite``) or "seed" (the project's first composite, kept as the ``seed``
+      profile). Choosing a profile also chooses its values of the composite knobs below
+      (``PROFILE_VALUES``) unless they are set explicitly.
     - composite: ``subject_weight``, ``time_weight`` (a "when" question and a memory that says when),
       ``activation_weight`` and ``recency_weight`` (calibrated),
       ``activation_floor`` (seed),
@@ -128,7 +130,7 @@ DEFAULTS = SurfacingSettings()
 PROFILE_VALUES: dict[str, dict[str, Any]] = {
     # Calibrated on long multi-session conversations (docs/surfacing.md, "Calibration").
     ScoreProfile.CALIBRATED.value: {},
-    # Seed 001's constants: what the seed formula was written with.
+    # The constants the project's first composite (kept as the seed profile) was written with.
     ScoreProfile.SEED.value: {
         "activation_floor": 0.05,
         "centrality_weight": 0.5,

@@ -24,8 +24,9 @@ canonical form).
 ``count_entities`` counts only proper-noun style entities, as the surfacing router needs: names,
 @handles, RFC references, acronyms, and vocabulary terms written with a capital (``Postgres``,
 ``JWT``, ``CDN``). A lower-case vocabulary word (``postgres``, ``load balancer``) is still extracted
-for MENTIONS edges but does not count, which keeps REFERENCE's router vectors: "postgres connection
-pool settings for prod" has entity_count 0 and routes fast:recency 0.5 (fallback).
+for MENTIONS edges but does not count, so a query in plain lower-case words is not taken for a lookup of a
+name: "postgres connection pool settings for prod" has entity_count 0 and routes fast:recency 0.5
+(fallback), where counting "postgres" would make it a factual:point-query (single_entity).
 """
 
 from __future__ import annotations

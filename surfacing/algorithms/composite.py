@@ -18,7 +18,8 @@ that multiply it, so nothing without relevance is lifted and nothing relevant is
 nobody used for a year keeps at least ``1 / (1 + w_a)`` of the score a warm one gets for the same
 relevance, so fading shapes the order without hiding what a query asked for, and no product underflows.
 
-``seed`` (seed 001, exactly; kept as a named profile): router mode
+``seed`` (the project's first composite, exactly as it was written; kept as a named profile for comparison
+and for workspaces that chose it): router mode
 
     score = max(activation, floor) * relevance * recency * (1 + centrality_weight * centrality)
             + anchor_boost * is_anchor + pin_multiplier * pin_weight + freshness
@@ -80,7 +81,7 @@ class ScoreProfile(StrEnum):
 class Weights:
     """Tunables of the composite score (a workspace's surfacing settings).
 
-    ``Weights()`` is the seed profile with the seed's values; ``activation_weight``, ``recency_weight``,
+    ``Weights()`` is the seed profile with its own constants; ``activation_weight``, ``recency_weight``,
     ``subject_weight`` and ``time_weight`` are read by the calibrated profile only, ``activation_floor``
     by the seed profile only.
     """
@@ -142,7 +143,7 @@ class ScoreFactors(TypedDict):
 
 class ScoreBreakdown(TypedDict):
     """Per-item explanation returned by get_working_context (the API's ``score_breakdown``): the raw
-    signals of seed 001, and ``factors``, the terms the active profile multiplied and added."""
+    signals both profiles read, and ``factors``, the terms the active profile multiplied and added."""
 
     activation: float
     relevance: float

@@ -1,6 +1,6 @@
 """Surfacing router: pick a retrieval strategy for a query with a few ordered, explainable rules.
 
-Rules, first match wins (REFERENCE.md "Surfacing router"):
+Rules, first match wins:
 
 1. ``deep:multi-hop`` (confidence 0.75) when the query contains one of the words
    ``why | how | what caused | explain`` (case-insensitive, whole words; reason ``keyword:<m>`` for each

@@ -626,7 +626,7 @@ def test_partners_take_an_equal_share_per_returned_memory_heaviest_first(seed: i
     assert services._partners(None, returned, limit) == [] and services._partners(subgraph, [], limit) == []
 
 
-# -- the seed's example -------------------------------------------------------------------------------
+# -- the demo's "why did we pick JWT" story ------------------------------------------------------------
 
 SEED_EXAMPLE = (
     "Decision: we picked JWT",
@@ -638,7 +638,7 @@ SEED_EXAMPLE = (
 
 @pytest.mark.parametrize("mode", ["router", "legacy"])
 def test_why_did_we_pick_jwt_brings_the_decision_and_its_reasons_first(demo: Workspace, mode: str) -> None:
-    """Seed 001: the decision, the load-balancer note, the session-cookie incident and the RFC reference,
+    """The demo's story: the decision, the load-balancer note, the session-cookie incident and the RFC reference,
     though only the decision says "JWT" and "pick"; the anchor is forced in on its own."""
     ctx = services.get_working_context(demo, "s1", "Why did we pick JWT?", k=10, mode=mode, record=False)
     top = [item.content for item in ctx.items if item.memory_type != "anchor"][:5]

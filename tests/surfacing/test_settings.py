@@ -20,7 +20,7 @@ from surfacing.settings import (
 def test_defaults_are_the_calibrated_profile_with_the_seed_graph_values() -> None:
     s = effective_settings(None)
     assert s == SurfacingSettings()
-    assert s.mode == "legacy"  # seed 001: everything is off until a caller opts into the router
+    assert s.mode == "legacy"  # router, graph walks and pins stay off until a workspace opts into the router
     assert s.score_profile == "calibrated"
     assert s.weights().profile is ScoreProfile.CALIBRATED
     assert (s.pin_multiplier, s.anchor_boost, s.freshness_window_hours) == (0.3, 1.0, 24.0)

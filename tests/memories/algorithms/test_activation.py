@@ -25,7 +25,7 @@ from memories.algorithms.activation import (
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
-# (ran) vectors from REFERENCE.md "Activation": stored, hours since last boost, expected at 720 h half-life.
+# Worked values of stored * 2 ** (-hours / 720): stored, hours since last boost, expected at 720 h half-life.
 DECAY_VECTORS = [
     (0.5, 720.0, 0.25),
     (1.0, 720.0, 0.5),

@@ -34,7 +34,7 @@ def keys(text: str) -> list[str]:
     return [e.key for e in extract_entities(text)]
 
 
-# --- The seed 001 story -----------------------------------------------------------------------------
+# --- The demo's "why did we pick JWT" story ----------------------------------------------------------
 
 SEED_001_STORY = [
     ("Why did we pick JWT?", [Entity("JWT", "jwt", KIND_TECHNOLOGY)]),
@@ -283,7 +283,7 @@ def test_keys_are_normalised_lower_case() -> None:
     assert keys("meet Zoë  Ångström at ＡＣＭＥ") == ["zoë", "ångström"]
 
 
-# --- Routing counts (REFERENCE rule 1: entity_count >= 2 -> deep) --------------------------------------
+# --- Routing counts (router rule 1: entity_count >= 2 -> deep) -----------------------------------------
 
 
 def route(query: str) -> RouteDecision:
