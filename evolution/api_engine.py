@@ -1,4 +1,4 @@
-"""REST adapters of the self-learning engine (seed 002): parse, authorize, call one service, render.
+"""REST adapters of the self-learning engine and the dream: parse, authorize, call one service, render.
 
 Members read (world model, dream reports, export, a dry-run dream); editors and owners write (outcomes,
 corrections, reflections, evolve, dream, import): a viewer gets 403, a non-member 404.

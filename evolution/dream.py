@@ -1,15 +1,15 @@
-"""The dream cycle of seed 002: rescore the tiered memories, move them between HOT / WARM / COLD, report.
+"""The dream cycle: rescore the tiered memories, move them between HOT / WARM / COLD, report.
 
-Which memories take part (the seed's hot/warm/cold entries):
+Which memories take part (the entries of the hot/, warm/ and cold/ files of the memory-evolution directory):
 
 * **rules**: memory type ``strategy``, whether a person wrote them (manual rule) or approved an engine
   strategy (origin ``engine:``, scored with the engine-strategy weight 1.0); active ones, and archived ones
   in COLD (which come back to HOT when used 3 times in 7 days);
 * **corrections**: memory type ``correction``, active. They are scored (weight 1.2) but always stay HOT.
 
-Reflections are not tiered: they are the log the seed keeps in ``reflections/log.md`` and the input the
+Reflections are not tiered: they are the log the directory keeps in ``reflections/log.md`` and the input the
 engine counts lessons in, so they neither decay nor move. Every other memory type belongs to the enhanced
-evolvers (seed 000), not to this cycle.
+evolvers of the evolution cycle, not to this one.
 
 Per memory: ``relevance = base * exp(-0.03 * days_since_access) * log2(access_count + 1) * type_weight``
 (``evolution.algorithms.tiers``), base 1.0 unless an import set ``metadata["decay"]["base"]``; the last

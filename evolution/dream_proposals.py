@@ -1,13 +1,14 @@
 """What the dream proposes for a person to decide: reflections it noticed and lessons to promote to HOT.
 
 * **reflection** proposals: the patterns of the week in evolution.algorithms.reflection (a task type whose
-  success rate dropped, an issue that keeps failing tasks), CONTEXT / REFLECTION / LESSON as seed 002 writes
-  them. A pattern is proposed at most once per 7 days (payload ``pattern``). Approving
+  success rate dropped, an issue that keeps failing tasks), in the three lines CONTEXT / REFLECTION / LESSON
+  every reflection has. A pattern is proposed at most once per 7 days (payload ``pattern``). Approving
   (``reflection_apply``) writes the reflection memory through ``engine.reflection_record``, as
   POST /reflections/ does, with topic ``dream`` (its lesson rests on outcomes the engine already counts);
   the reviewer may rewrite the three lines (then the origin is theirs).
 * **promotion** proposals: a lesson in 3 reflections within 7 days (same ``engine.lesson_key``; the engine's
-  sliding window, ``engine.propose_strategies``), seed 002's "same pattern 3x in 7 days -> promote to HOT".
+  sliding window, ``engine.propose_strategies``): the rule "the same pattern 3 times in 7 days -> HOT" that
+  the tiers apply to use.
   The engine already turns such lessons into *strategy* proposals, except for the dream's own reflections,
   which it never counts; a lesson that has a strategy proposal, or a promotion, or an active HOT rule with the
   same text is not proposed again, and the covenant's vetoes apply. Approving (``promotion_apply``) raises
@@ -195,7 +196,7 @@ def promotion_drafts(*, workspace: Workspace, now: datetime) -> list[ProposalDra
                 title=f"Promote to HOT: {candidate.title.split(': ', 1)[-1]}",
                 rationale=(
                     f"The lesson {candidate.rule_text!r} appears in {len(sources)} reflections within "
-                    f"{algo.LESSON_WINDOW_DAYS} days. Seed 002: the same pattern 3 times in 7 days is promoted to "
+                    f"{algo.LESSON_WINDOW_DAYS} days. The same pattern 3 times in 7 days is promoted to "
                     f"HOT. {change}"
                 ),
                 payload={

@@ -1,4 +1,4 @@
-"""The self-learning engine of seed 002 over a workspace: sensor -> world model -> evo_devo -> covenant.
+"""The self-learning engine over a workspace: sensor -> world model -> evo_devo -> covenant.
 
 * **sensor**: task outcomes (``outcome_record``), stored as ``Outcome`` rows. Decisions on strategies are
   sensor entries too (task type ``engine_strategy_review``: approve = success, reject = fail).
@@ -356,9 +356,9 @@ def reflection_record(
     evolve: bool = True,
     now: datetime | None = None,
 ) -> ReflectionRecorded:
-    """Write a reflection (memory type reflection; content in the seed's three-line format, the fields in
-    ``metadata["reflection"]``). Its lesson runs the engine like an outcome's unless ``evolve`` is False
-    or it is the dream's own log."""
+    """Write a reflection (memory type reflection; content in the three lines CONTEXT / REFLECTION / LESSON,
+    the fields in ``metadata["reflection"]``). Its lesson runs the engine like an outcome's unless ``evolve``
+    is False or it is the dream's own log."""
     now = now or timezone.now()
     (memory,) = memories_create(
         workspace=workspace,
@@ -915,5 +915,5 @@ def strategy_rules(*, workspace: Workspace, statuses: Iterable[str] = (Status.AC
 
 
 def recent_window(now: datetime) -> tuple[datetime, datetime]:
-    """The seed's "recent" window: the 7 days up to ``now``."""
+    """The engine's "recent" window, the one lessons are counted in: the 7 days up to ``now``."""
     return now - timedelta(days=algo.LESSON_WINDOW_DAYS), now

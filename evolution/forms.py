@@ -98,7 +98,7 @@ class StrategyModifyForm(_Form):
 
 
 class ReflectionModifyForm(_Form):
-    """The three lines of a reflection the dream proposes (seed 002's format)."""
+    """The three lines of a reflection the dream proposes (CONTEXT / REFLECTION / LESSON, as every reflection)."""
 
     context = forms.CharField(label="Context", max_length=MAX_TEXT)
     reflection = forms.CharField(label="Reflection", max_length=MAX_TEXT, widget=forms.Textarea(attrs={"rows": 2}))

@@ -1,4 +1,4 @@
-"""Export a workspace to the memory-evolution directory of seed 002, and import such a directory.
+"""Export a workspace to the memory-evolution directory (docs/engine.md), and import such a directory.
 
 The layout and its file formats are ``evolution.algorithms.memdir`` (parse and render); this module maps
 them to the workspace:

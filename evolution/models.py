@@ -97,7 +97,7 @@ class OutcomeResult(models.TextChoices):
 
 
 class Outcome(models.Model):
-    """A task outcome recorded by an agent: the engine's sensor input (seed 002)."""
+    """A task outcome recorded by an agent: the engine's sensor input."""
 
     # outcome_ws_created leads with workspace.
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="outcomes", db_index=False)

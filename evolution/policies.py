@@ -1,4 +1,4 @@
-"""Write-time conflict policies on the (workspace, memory_type, subject) slot (typedmem, seed 003).
+"""Write-time conflict policies on the (workspace, memory_type, subject) slot (as in the typedmem project).
 
 Every path that creates memories calls `write_policy_hook` inside its transaction, right after the
 rows are inserted (memories.services registers it; see EvolutionConfig.ready). The decision itself is

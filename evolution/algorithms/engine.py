@@ -1,4 +1,4 @@
-"""The memory-evolution engine (seed 002): sensor -> world model -> evo_devo -> covenant.
+"""The memory-evolution engine: sensor -> world model -> evo_devo -> covenant.
 
 * **sensor**: task outcomes (``Outcome``), each a success or a failure of one approach to one task type.
 * **world model**: success counts and rates per (task_type, approach) and per task_type (``world_model``).

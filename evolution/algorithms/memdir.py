@@ -1,4 +1,5 @@
-"""Parse and render the memory-evolution directory (seed 002) for import and export.
+"""Parse and render the memory-evolution directory (rules, corrections and engine state as plain text files)
+for import and export.
 
 Paths are relative, ``/``-separated, UTF-8. ``render_directory`` always writes the fixed files and one file
 per warm/cold topic that has rules; ``parse_directory`` accepts any subset (a missing file is empty).

@@ -1,4 +1,4 @@
-"""Patterns of the week the dream proposes as reflections for a person to confirm (seed 002, dream step 6).
+"""Patterns of the week the dream proposes as reflections for a person to confirm.
 
 The dream already logs the task type failing most (or succeeding every time) on its own; these are the
 patterns that need a person's judgement before they join the reflection log:

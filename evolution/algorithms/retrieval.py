@@ -1,9 +1,9 @@
 """Retrieval profiles and retrieval-based strengthening (the testing effect).
 
 Velocity unit: retrievals per day. velocity_7d = retrievals in the last 7 days / 7; velocity_30d =
-retrievals in the last `lookback_days` (default 30) / lookback_days. This is the reading under which the
-seed's example profile is made of whole event counts (total 47, velocity_7d 3.1 = 22 events / 7 d,
-velocity_30d 0.8 = 24 events / 30 d); a per-week reading would need fractional event counts. The
+retrievals in the last `lookback_days` (default 30) / lookback_days. Under this reading a typical profile
+is made of whole event counts (total 47, velocity_7d 3.1 = 22 events / 7 d, velocity_30d 0.8 = 24 events
+/ 30 d, the example the tests check); a per-week reading would need fractional event counts. The
 strengthening formula only uses the ratio velocity_7d / velocity_30d, so it is unit-free as long as both
 velocities share a unit.
 
@@ -54,7 +54,8 @@ class RetrievalProfile:
         return int(self.total_count.shape[0])
 
     def count_columns(self) -> dict[str, IntArray | FloatArray]:
-        """The seed's profile keys but the age, in the seed's order, with the array holding each."""
+        """The profile's keys except the age, in the order a stored profile lists them, with the array holding
+        each."""
         return {
             "total_count": self.total_count,
             "search_count": self.search_count,
@@ -65,7 +66,7 @@ class RetrievalProfile:
         }
 
     def as_dict(self, k: int) -> dict[str, float | int | None]:
-        """The JSON profile of memory `k` (keys as the seed's metadata["retrieval__profile"])."""
+        """The JSON profile of memory `k`: the ``count_columns`` keys and ``last_retrieved_days_ago``."""
         last = float(self.last_retrieved_days_ago[k])
         profile: dict[str, float | int | None] = {key: column[k].item() for key, column in self.count_columns().items()}
         profile["last_retrieved_days_ago"] = last if math.isfinite(last) else None

@@ -1,4 +1,4 @@
-"""Decay-based relevance and HOT / WARM / COLD tier transitions of the memory-evolution skill (seed 002).
+"""Decay-based relevance and HOT / WARM / COLD tier transitions of the engine's rules and corrections.
 
 Relevance (dimensionless, >= 0)::
 

@@ -19,10 +19,10 @@ from evolution.evolvers.base import (
     resolve_names,
 )
 
-# Registration order is cycle order: the seed's enhanced cycle first.
+# Registration order is cycle order: the enhanced cycle (how use and disuse change memory) first.
 from evolution.evolvers import enhanced  # noqa: F401  isort: skip
 
-# Then the typedmem evolvers of seed 003 (drift, goals, summary proposals; the contradiction surfacer
+# Then the typed-memory evolvers (drift, goals, summary proposals; the contradiction surfacer
 # runs only when named).
 from evolution.evolvers import typed  # noqa: F401  isort: skip
 

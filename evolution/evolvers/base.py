@@ -5,8 +5,9 @@ An evolver reads a whole workspace, decides, and (unless it is a dry run) writes
 transaction as the evolver's writes, so a run's memory changes and its audit trail commit together.
 
 Registry: `register(cls)` (usable as a class decorator) adds an evolver under `cls.name`. Registration
-order is cycle order, so the seed order of the enhanced cycle is fixed by the import order in
-`evolution.evolvers`. `default=False` registers an evolver that runs only when asked for by name.
+order is cycle order, so the order of the enhanced cycle (consolidation, decay, interference, retrieval
+strengthening, Hebbian co-retrieval) is fixed by the import order in `evolution.evolvers`. `default=False`
+registers an evolver that runs only when asked for by name.
 
 Toolkit: `MemoryUpdates` collects field changes of many memories under one action; `write_memory_updates`
 writes them with one prepared UPDATE per field set (executemany in batches), and `update_records` turns them

@@ -1,4 +1,4 @@
-"""The compression ladder (seed 001), opt-in per workspace: FULL -> SUMMARY -> SKELETON -> TOMBSTONE.
+"""The compression ladder, opt-in per workspace: FULL -> SUMMARY -> SKELETON -> TOMBSTONE.
 
 Off unless `workspace.evolution_settings["compression_enabled"]` is true. Target tier by *stored*
 activation (the value the boosts wrote, not decayed to now): >= 0.40 FULL, >= 0.15 SUMMARY, >= 0.05

@@ -1,4 +1,5 @@
-"""The enhanced evolvers of seed 000 as services over whole workspaces.
+"""The enhanced evolvers (the SmartMemory project's evolvers of how use and disuse change memory) as services
+over whole workspaces.
 
 Each evolver loads its inputs in one or two `values_list` queries, hands plain arrays to the pure
 algorithms in `evolution.algorithms`, writes only the rows whose values change (prepared UPDATEs in
@@ -84,7 +85,7 @@ _CLUSTER_BLOCK = 256
 
 
 def _setting(workspace: Workspace, evolver: str, key: str, default: float) -> float:
-    """A number from workspace.evolution_settings[evolver][key], else the seed default."""
+    """A number from workspace.evolution_settings[evolver][key], else ``default`` (the evolver's own)."""
     section = (workspace.evolution_settings or {}).get(evolver) or {}
     value = section.get(key, default) if isinstance(section, dict) else default
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
@@ -501,7 +502,7 @@ def _empty_profile(n: int, lookback_days: float) -> RetrievalProfile:
 
 
 class StoredProfiles:
-    """The profiles kept in Memory.retrieval_profile: the seed's keys (as `RetrievalProfile.as_dict`), with
+    """The profiles kept in Memory.retrieval_profile: the keys of `RetrievalProfile.as_dict`, with
     the time of the last retrieval (ISO, UTC) instead of its age, so a stored profile only changes when its
     counts or windows do.
 

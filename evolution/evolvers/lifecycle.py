@@ -1,4 +1,5 @@
-"""The lifecycle evolvers of seed 000 over whole workspaces (the "Memory Lifecycle" diagram).
+"""The lifecycle evolvers over whole workspaces: memories moving between kinds (after the SmartMemory
+project's evolvers of the same names).
 
 - EpisodicToSemantic: episodic, confidence >= 0.9 and >= 3 days old -> a semantic copy (DERIVED_FROM the
   episode); the episode is archived with metadata promoted_to_semantic.

@@ -1,4 +1,4 @@
-"""The typedmem evolvers of seed 003 over whole workspaces.
+"""The typed-memory evolvers (in the style of the typedmem project's typed slots) over whole workspaces.
 
 - ContradictionSurfacer (read-only): connected components of the conflicts_with graph.
 - PreferenceDriftDetector: >= 3 REPLACEs within 30 days -> a drift_flags entry; idempotent per window.

@@ -1,4 +1,4 @@
-"""Compression ladder (seed 001) over a real database: opt-in, tiers by stored activation, snapshots,
+"""Compression ladder over a real database: opt-in, tiers by stored activation, snapshots,
 protected memories, LLM client use and failure, rehydrate and exact revert."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The five enhanced evolvers through the run service, against REFERENCE.md values (to 1e-6)."""
+"""The five enhanced evolvers through the run service, against values worked by hand from their formulas (to 1e-6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Lifecycle evolvers (seed 000) over a real database: what they derive, what they mark, exact revert."""
+"""Lifecycle evolvers over a real database: what they derive, what they mark, exact revert."""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def test_seven_mentions_form_an_opinion_and_six_do_not(kit: Any) -> None:
     kit.run("OpinionSynthesis")
     (opinion,) = Memory.objects.filter(memory_type="opinion")
     assert opinion.subject == "postgres"
-    # REFERENCE: n = 7 -> 0.50575 (n = 6 -> 0.408 stays below 0.5).
+    # s = min(1, 7 / 10): 0.7 * 0.85 * (0.5 + 0.35) = 0.50575 (n = 6 -> 0.408 stays below 0.5).
     assert opinion.confidence == pytest.approx(0.50575, abs=1e-6)
     assert opinion.content == "Recurring theme: postgres (seen in 7 memories)"
     assert opinion.metadata["count"] == 7

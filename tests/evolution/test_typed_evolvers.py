@@ -1,4 +1,4 @@
-"""typedmem evolvers (seed 003) over a real database: contradictions, drift, goals, summary proposals."""
+"""Typed-memory evolvers over a real database: contradictions, drift, goals, summary proposals."""
 
 from __future__ import annotations
 
@@ -266,7 +266,7 @@ def test_stale_group_becomes_a_pending_proposal_and_originals_are_untouched(kit:
     assert payload["confidence"] == 0.7
     assert payload["subject"] == "deploy"
     assert payload["content"].startswith("deploy: ")
-    # REFERENCE: an event at confidence 1.0, 60 days old, decays to 0.051271 (half-life 14 d).
+    # An event at confidence 1.0, 60 days old, decays to 0.5 ** (60 / 14) = 0.051271 (half-life 14 d).
     assert payload["decayed_confidence"][str(events[0].id)] == pytest.approx(0.051271, abs=1e-6)
     (record,) = EvolutionRecord.objects.filter(run=run)
     assert record.after["proposal_id"] == proposal.pk

@@ -11,7 +11,7 @@ from evolution import dream, selectors
 
 class Command(BaseCommand):
     help = (
-        "Run the dream cycle of seed 002 on a workspace: rescore rules and corrections, promote, demote and "
+        "Run the dream cycle on a workspace: rescore rules and corrections, promote, demote and "
         "archive them (each move recorded with its reason, nothing deleted), list pending proposals, log the "
         "week's patterns as reflections, and store the report. --dry-run previews and stores nothing."
     )

@@ -51,7 +51,7 @@ def test_strengthening_reasons_explain_both_branches() -> None:
 
 
 def test_profiles_count_events_per_memory_with_per_day_velocities() -> None:
-    # memory 0: 22 events within 7 days, 2 more within 30 days, 23 older -> the seed's example profile.
+    # memory 0: 22 events within 7 days, 2 more within 30 days, 23 older -> total 47, velocity_7d 3.1, velocity_30d 0.8.
     ages = np.concatenate([np.full(22, 1.0), np.full(2, 20.0), np.full(23, 90.0)])
     ranks = np.concatenate([np.zeros(12), np.full(32, 3.0), np.full(3, -1.0)])
     index = np.zeros(ages.size, dtype=np.intp)

@@ -45,7 +45,7 @@ def item(
     )
 
 
-# REFERENCE.md values: relevance = base * exp(-0.03 d) * log2(n + 1) * w, checked to 1e-6.
+# Values worked by hand: relevance = base * exp(-0.03 d) * log2(n + 1) * w, checked to 1e-6.
 @pytest.mark.parametrize(
     ("base", "days", "count", "weight", "expected"),
     [
