@@ -1,9 +1,9 @@
 """Server time of the query inspector on the 100k-memory surfacing benchmark workspace (SQLite).
 
-Target (issue 4): p95 <= 250 ms for an inspector request. Each request goes through the whole Django
-stack in process (test Client: middleware, session, auth, view, get_working_context with explain,
-template), which is the server's share of the request; network and browser time are not included.
-Inspector runs are dry reads, so the workspace does not change between requests.
+Target (the README's performance table): p95 <= 250 ms for an inspector request. Each request goes
+through the whole Django stack in process (test Client: middleware, session, auth, view,
+get_working_context with explain, template), which is the server's share of the request; network and
+browser time are not included. Inspector runs are dry reads, so the workspace does not change between requests.
 
 The workspace is bench/surfacing_data.py's (100k memories, 1M edges: Zipf vocabulary, topical
 clusters, hub entities), generated once into var/bench/inspector.sqlite3 and reused. Queries are

@@ -1,6 +1,6 @@
 """Server time of the browser pages on a 1M-memory workspace on SQLite.
 
-Targets (issue 7): memory list p95 <= 100 ms, memory detail p95 <= 150 ms. Each request goes
+Targets (the README's performance table): memory list p95 <= 100 ms, memory detail p95 <= 150 ms. Each request goes
 through the whole Django stack in-process (test Client: middleware, session, auth, view, template),
 which is the server's share of a page load; network and browser time are not included.
 

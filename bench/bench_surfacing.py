@@ -13,7 +13,7 @@ into var/bench/surfacing.sqlite3 and reused, --fresh rebuilds it), this prints:
 - PPR forward push (the service's settings) vs networkx.pagerank with the same personalisation on the
   same 1M-edge graph, as a speed ratio, and the L1 distance of the two on a 10k-node graph.
 
-Targets (issue 3): fast:recency p50 <= 25 ms; deep:multi-hop p50 <= 80 ms and p95 <= 150 ms;
+Targets (the README's performance table): fast:recency p50 <= 25 ms; deep:multi-hop p50 <= 80 ms and p95 <= 150 ms;
 PPR >= 50x networkx; L1 <= 1e-4 on <= 10k nodes.
 
     make bench-surfacing            # or: .venv/bin/python bench/bench_surfacing.py [--fresh] [--runs 60]
