@@ -113,7 +113,7 @@ def _report(label: str, strategy: str, times: list[float], cpu: list[float] | No
 
 def bench_in_process(workspace: Any, queries: dict[str, list[str]]) -> dict[str, tuple[list[float], list[float]]]:
     from memories.signalbus import signal_bus
-    from surfacing.services import get_working_context
+    from surfacing.retrieval import get_working_context
 
     results: dict[str, tuple[list[float], list[float]]] = {}
     bus = signal_bus()

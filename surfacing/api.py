@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 from core.errors import InvalidInput
 from memories import selectors as memory_selectors
 from memories.serializers import ErrorOut, MemoryOut, iso_z, memory_json
-from surfacing import selectors, services
+from surfacing import retrieval, selectors, services
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut}
 CONTEXT_FIELDS = frozenset({"session_id", "query", "k", "max_tokens", "strategy", "mode", "explain"})
@@ -39,7 +39,7 @@ def _body(request: Request, allowed: frozenset[str]) -> Mapping[str, Any]:
     return data
 
 
-def _item_json(item: services.ContextItem | services.DeclinedItem) -> dict[str, Any]:
+def _item_json(item: retrieval.ContextItem | retrieval.DeclinedItem) -> dict[str, Any]:
     return {
         "id": str(item.id),
         "content": item.content,
@@ -50,7 +50,7 @@ def _item_json(item: services.ContextItem | services.DeclinedItem) -> dict[str, 
     }
 
 
-def context_json(context: services.WorkingContext) -> dict[str, Any]:
+def context_json(context: retrieval.WorkingContext) -> dict[str, Any]:
     """The contract's working-context object (``declined`` only when it was asked for)."""
     body: dict[str, Any] = {
         "decision_id": str(context.decision_id),
@@ -200,7 +200,7 @@ class WorkingContextApi(APIView):
         explain = data.get("explain", False)
         if not isinstance(explain, bool):
             raise InvalidInput("explain: expected true or false", field="explain")
-        context = services.get_working_context(
+        context = retrieval.get_working_context(
             access.workspace,
             data.get("session_id"),
             data["query"],
@@ -223,7 +223,7 @@ class SearchApi(APIView):
         session_id = data.get("session_id") or ""
         if not isinstance(session_id, str):
             raise InvalidInput("session_id: expected a string", field="session_id")
-        result = services.search(access.workspace, data["query"], k=data.get("k", 10), session_id=session_id)
+        result = retrieval.search(access.workspace, data["query"], k=data.get("k", 10), session_id=session_id)
         now = timezone.now()
         return Response(
             {

@@ -13,7 +13,7 @@ from django import forms
 
 from surfacing.algorithms.router import Strategy
 from surfacing.inspector import KNOBS
-from surfacing.services import MAX_K, MAX_QUERY_CHARS, MAX_SESSION_CHARS
+from surfacing.retrieval import MAX_K, MAX_QUERY_CHARS, MAX_SESSION_CHARS
 from surfacing.settings import SurfacingSettings
 
 MODE_CHOICES = [("legacy", "Legacy"), ("router", "Router")]

@@ -1,6 +1,6 @@
 """Presentation of the query inspector: what the page shows about one get_working_context call.
 
-Nothing here ranks anything: ``inspect`` calls ``services.get_working_context`` (once, or twice for the
+Nothing here ranks anything: ``inspect`` calls ``retrieval.get_working_context`` (once, or twice for the
 legacy/router comparison) and turns its answer into rows a template can draw without arithmetic:
 
 - the stacked score bar of each row. Router mode in the seed profile (the project's first composite; in
@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from memories.models import Workspace
-from surfacing import selectors, services
+from surfacing import retrieval, selectors
 from surfacing.algorithms.composite import ScoreBreakdown, ScoreProfile, SurfacingMode
 from surfacing.settings import SurfacingSettings
 
@@ -437,9 +437,9 @@ def _provenance(raw: Mapping[str, Any], labels: Mapping[str, str], memory_url: M
 
 
 def _row(
-    item: services.ContextItem | services.DeclinedItem,
+    item: retrieval.ContextItem | retrieval.DeclinedItem,
     rank: int,
-    context: services.WorkingContext,
+    context: retrieval.WorkingContext,
     scale: float,
     labels: Mapping[str, str],
     memory_url: MemoryUrl,
@@ -449,7 +449,7 @@ def _row(
     forced = item.score_breakdown["anchor_forced"] or (kind == "pinned" and context.mode == SurfacingMode.ROUTER.value)
     tokens: int | None = None
     factor = detail = ""
-    if isinstance(item, services.DeclinedItem):
+    if isinstance(item, retrieval.DeclinedItem):
         factor, detail = item.factor, item.detail
     else:
         tokens = item.tokens
@@ -479,12 +479,12 @@ def _terms(breakdown: ScoreBreakdown, mode: str) -> str:
     return text if mode == SurfacingMode.LEGACY.value else f"{text} · cen {breakdown['centrality']:.2f}"
 
 
-def _path_labels(workspace: Workspace, contexts: Sequence[services.WorkingContext]) -> dict[str, str]:
+def _path_labels(workspace: Workspace, contexts: Sequence[retrieval.WorkingContext]) -> dict[str, str]:
     """Short labels of every memory a row shows or a provenance path names (one query for the rest)."""
     labels: dict[str, str] = {}
     wanted: set[str] = set()
     for context in contexts:
-        items: list[services.ContextItem | services.DeclinedItem] = [*context.items, *(context.declined or [])]
+        items: list[retrieval.ContextItem | retrieval.DeclinedItem] = [*context.items, *(context.declined or [])]
         for item in items:
             labels[str(item.id)] = _label(item.content)
             wanted.update(str(mid) for mid in item.provenance.get("path") or [])
@@ -496,7 +496,7 @@ def _path_labels(workspace: Workspace, contexts: Sequence[services.WorkingContex
     return labels
 
 
-def _run_view(context: services.WorkingContext, labels: Mapping[str, str], memory_url: MemoryUrl) -> RunView:
+def _run_view(context: retrieval.WorkingContext, labels: Mapping[str, str], memory_url: MemoryUrl) -> RunView:
     scale = max([item.score for item in context.items] + [0.0])
     rows = [_row(item, rank, context, scale, labels, memory_url) for rank, item in enumerate(context.items, start=1)]
     return RunView(
@@ -573,7 +573,7 @@ def inspect(
     ``memory_url`` maps a memory id to its page. Raises InvalidInput (from the service) for a bad
     query, k, strategy, mode or setting.
     """
-    primary = services.get_working_context(
+    primary = retrieval.get_working_context(
         workspace,
         session_id,
         query,
@@ -585,7 +585,7 @@ def inspect(
         record=record,
         explain=True,
     )
-    other: services.WorkingContext | None = None
+    other: retrieval.WorkingContext | None = None
     note = ""
     if compare:
         other_mode = (
@@ -595,7 +595,7 @@ def inspect(
         if other_mode == SurfacingMode.LEGACY.value and strategy not in (None, "", "fast:recency"):
             other_strategy = None
             note = f"Legacy mode always runs fast:recency; the requested {strategy} applies to router mode only."
-        other = services.get_working_context(
+        other = retrieval.get_working_context(
             workspace,
             session_id,
             query,

@@ -25,7 +25,7 @@ from graph.bolt import Neo4jGraphStore
 from graph.store import EdgeRef, SqlGraphStore, Subgraph, graph_store, set_graph_store
 from memories import services
 from memories.models import Edge, Memory, Workspace
-from surfacing import services as surfacing_services
+from surfacing import retrieval
 from surfacing.algorithms.ppr import ppr_push
 from surfacing.algorithms.spreading import spread
 from surfacing.pins import DbPinStore, set_pin_store
@@ -232,7 +232,7 @@ def test_working_context_is_the_same_with_either_store(
     try:
         for store in (SqlGraphStore(), neo):
             set_graph_store(store)
-            ctx = surfacing_services.get_working_context(
+            ctx = retrieval.get_working_context(
                 workspace, "s", "why did we pick JWT?", mode="router", record=False, now=now
             )
             results.append([(i.id, round(i.score, 12), i.provenance) for i in ctx.items])

@@ -19,7 +19,7 @@ from memories.algorithms.activation import decayed_activation
 from memories.inputs import SessionInput, TurnInput
 from memories.models import Memory, RetrievalEvent, Status, Workspace
 from memories.signalbus import LocalSignalBus
-from surfacing import services
+from surfacing import retrieval, services
 from surfacing.pins import pin_store
 from surfacing.settings import DEFAULTS
 
@@ -41,7 +41,7 @@ def link(workspace: Workspace, a: Memory, b: Memory, edge_type: str = "RELATED")
     memory_services.edge_link(workspace=workspace, source=a, target=b, edge_type=edge_type)
 
 
-def ids(context: services.WorkingContext) -> list[Any]:
+def ids(context: retrieval.WorkingContext) -> list[Any]:
     return [item.id for item in context.items]
 
 
@@ -53,7 +53,7 @@ def test_legacy_mode_scores_relevance_times_recency_times_floored_activation(
 ) -> None:
     memory = aged(make_memory, now, "postgres connection pool settings", 1.0)
     seed = {"score_profile": "seed"}
-    ctx = services.get_working_context(
+    ctx = retrieval.get_working_context(
         workspace, "s", "postgres pool", k=5, mode="legacy", settings_override=seed, record=False, now=now
     )
 
@@ -74,7 +74,7 @@ def test_router_mode_adds_freshness_for_new_memories(workspace: Workspace, make_
     one = aged(make_memory, now, "deploy checklist for friday", 1.0)
     twelve = aged(make_memory, now, "deploy rollback notes", 12.0)
     old = aged(make_memory, now, "deploy history of last year", 48.0)
-    ctx = services.get_working_context(
+    ctx = retrieval.get_working_context(
         workspace,
         "s",
         "deploy",
@@ -94,11 +94,11 @@ def test_router_mode_adds_freshness_for_new_memories(workspace: Workspace, make_
 
 def test_recency_time_constant_is_a_setting(workspace: Workspace, make_memory: Make, now: datetime) -> None:
     aged(make_memory, now, "quarterly budget review", 24.0 * 30)
-    default = services.get_working_context(workspace, "s", "budget", mode="legacy", record=False, now=now)
-    seed = services.get_working_context(
+    default = retrieval.get_working_context(workspace, "s", "budget", mode="legacy", record=False, now=now)
+    seed = retrieval.get_working_context(
         workspace, "s", "budget", mode="legacy", record=False, now=now, settings_override={"score_profile": "seed"}
     )
-    tuned = services.get_working_context(
+    tuned = retrieval.get_working_context(
         workspace,
         "s",
         "budget",
@@ -116,7 +116,7 @@ def test_recency_time_constant_is_a_setting(workspace: Workspace, make_memory: M
 def test_ranking_follows_the_composite(workspace: Workspace, make_memory: Make, now: datetime) -> None:
     stale = aged(make_memory, now, "invoice export format", 24.0 * 5)
     fresh = aged(make_memory, now, "invoice export format", 2.0)
-    ctx = services.get_working_context(workspace, "s", "invoice export", mode="legacy", record=False, now=now)
+    ctx = retrieval.get_working_context(workspace, "s", "invoice export", mode="legacy", record=False, now=now)
     assert ids(ctx) == [fresh.id, stale.id]
     assert ctx.items[0].score > ctx.items[1].score
 
@@ -135,7 +135,7 @@ def test_deep_multi_hop_surfaces_graph_neighbours_that_share_no_word(
     link(workspace, balancer, rfc, "MENTIONS")
 
     # Context off: the RELATED neighbour would be lifted by the decision's links before spreading reached it.
-    ctx = services.get_working_context(
+    ctx = retrieval.get_working_context(
         workspace,
         "s",
         "why did we pick JWT?",
@@ -174,7 +174,7 @@ def test_fast_recency_and_legacy_never_spread(workspace: Workspace, make_memory:
     neighbour = make_memory("The load balancer has no sticky sessions")
     link(workspace, decision, neighbour, "MENTIONS")
     for mode, strategy in (("router", "fast:recency"), ("legacy", None)):
-        ctx = services.get_working_context(
+        ctx = retrieval.get_working_context(
             workspace, "s", "why JWT", mode=mode, strategy=strategy, record=False, now=now
         )
         assert ids(ctx) == [decision.id]
@@ -190,7 +190,7 @@ def test_what_a_hit_links_to_is_its_context_in_every_mode_but_the_seed_legacy(
     link(workspace, decision, reason, "RELATED")
     link(workspace, citing, decision, "RELATED")
     for mode, strategy in (("router", "fast:recency"), ("router", "deep:multi-hop"), ("legacy", None)):
-        ctx = services.get_working_context(workspace, "s", "JWT", mode=mode, strategy=strategy, record=False, now=now)
+        ctx = retrieval.get_working_context(workspace, "s", "JWT", mode=mode, strategy=strategy, record=False, now=now)
         by_id = {item.id: item for item in ctx.items}
         assert ids(ctx)[0] == decision.id
         relevance = by_id[decision.id].score_breakdown["relevance"]
@@ -205,7 +205,7 @@ def test_what_a_hit_links_to_is_its_context_in_every_mode_but_the_seed_legacy(
         # What links to the hit is about it, and weaker context than what the hit links to.
         assert by_id[citing.id].score_breakdown["relevance"] == pytest.approx(0.6 * relevance)
         assert any(r.startswith("context:2_from_") for r in ctx.reasons)
-    seed = services.get_working_context(
+    seed = retrieval.get_working_context(
         workspace, "s", "JWT", mode="legacy", settings_override={"score_profile": "seed"}, record=False, now=now
     )
     assert ids(seed) == [decision.id]
@@ -215,10 +215,10 @@ def test_factual_point_query_skips_the_semantic_pool(workspace: Workspace, make_
     make_memory("invoices are sent on the first of the month")
     unrelated = make_memory("The cafeteria closes early on Fridays")
     loose = {"semantic_min_similarity": -1.0}
-    fast = services.get_working_context(
+    fast = retrieval.get_working_context(
         workspace, "s", "invoices", mode="router", strategy="fast:recency", settings_override=loose, record=False
     )
-    factual = services.get_working_context(
+    factual = retrieval.get_working_context(
         workspace, "s", "invoices", mode="router", settings_override=loose, record=False
     )
     assert factual.strategy_used == "factual:point-query"
@@ -256,7 +256,7 @@ def test_a_point_query_naming_an_entity_returns_it_and_the_memories_that_mention
     entity = entity_memory(workspace, "postgresql")
     slow = {"recency_time_constant_hours": 24.0 * 3650}
 
-    ctx = services.get_working_context(
+    ctx = retrieval.get_working_context(
         workspace, "s", "PostgreSQL", mode="router", settings_override=slow, record=False
     )
 
@@ -288,7 +288,7 @@ def test_a_point_query_naming_an_entity_returns_it_and_the_memories_that_mention
 
 def test_a_point_query_without_an_entity_memory_stays_lexical(workspace: Workspace, user: Any) -> None:
     ingest(workspace, user, 1, ["We moved the shards to pg last night"])
-    ctx = services.get_working_context(workspace, "s", "show shards", mode="router", record=False)
+    ctx = retrieval.get_working_context(workspace, "s", "show shards", mode="router", record=False)
     assert ctx.strategy_used == "factual:point-query"
     assert ctx.reasons == ["lookup_prefix:show"]
     assert {item.provenance["kind"] for item in ctx.items} == {"lexical"}
@@ -302,7 +302,7 @@ def test_a_popular_entity_brings_its_most_recent_mentions_and_every_mention_that
     slow = {"recency_time_constant_hours": 24.0 * 3650}
 
     # k=1: the candidate limit is max(5 * 1, 1) = 5 mentions besides the lexical ones.
-    ctx = services.get_working_context(
+    ctx = retrieval.get_working_context(
         workspace, "s", "PostgreSQL", k=1, mode="router", settings_override=slow, record=False, explain=True
     )
 
@@ -317,14 +317,14 @@ def test_a_popular_entity_brings_its_most_recent_mentions_and_every_mention_that
 def test_an_archived_mention_is_not_surfaced_by_a_point_query(workspace: Workspace, user: Any) -> None:
     kept, gone = ingest(workspace, user, 1, ["pg is fast", "pg is slow"])
     memory_services.memory_archive(workspace=workspace, memory=Memory.objects.get(pk=gone), actor=user)
-    ctx = services.get_working_context(workspace, "s", "PostgreSQL", mode="router", record=False)
+    ctx = retrieval.get_working_context(workspace, "s", "PostgreSQL", mode="router", record=False)
     assert kept in ids(ctx)
     assert gone not in ids(ctx)
 
 
 def test_legacy_mode_never_takes_the_entity_path(workspace: Workspace, user: Any) -> None:
     alias_turn = ingest(workspace, user, 1, ["We moved the shards to pg last night"])[0]
-    ctx = services.get_working_context(workspace, "s", "PostgreSQL", mode="legacy", record=False)
+    ctx = retrieval.get_working_context(workspace, "s", "PostgreSQL", mode="legacy", record=False)
     assert alias_turn not in ids(ctx)
     # The entity memory itself is no context for a query that is not a lookup: nothing is found.
     assert ctx.reasons == ["legacy_mode", "no_search_hits"]
@@ -332,7 +332,7 @@ def test_legacy_mode_never_takes_the_entity_path(workspace: Workspace, user: Any
 
 def test_soft_degraded_strategy_runs_fast_recency(workspace: Workspace, make_memory: Make) -> None:
     make_memory("how to rotate keys")
-    ctx = services.get_working_context(workspace, "s", "rotate keys", mode="router", strategy="procedural:lookup")
+    ctx = retrieval.get_working_context(workspace, "s", "rotate keys", mode="router", strategy="procedural:lookup")
     assert ctx.strategy_used == "fast:recency"
     assert ctx.requested_strategy == "procedural:lookup"
     assert ctx.confidence == 1.0
@@ -347,13 +347,13 @@ def test_pinned_memory_is_forced_first_with_its_boost(workspace: Workspace, make
     pinned = make_memory("Project requirements document")
     services.pin_put(workspace=workspace, session_id="chat-1", memory=pinned, weight=2.0)
 
-    ctx = services.get_working_context(workspace, "chat-1", "kafka lag", mode="router", record=False, now=now)
+    ctx = retrieval.get_working_context(workspace, "chat-1", "kafka lag", mode="router", record=False, now=now)
 
     assert ids(ctx) == [pinned.id, hit.id]
     assert ctx.items[0].score_breakdown["session_pin_boost"] == pytest.approx(0.6)
     assert ctx.items[0].provenance["kind"] == "pinned"
-    other_session = services.get_working_context(workspace, "chat-2", "kafka lag", mode="router", record=False)
-    legacy = services.get_working_context(workspace, "chat-1", "kafka lag", mode="legacy", record=False)
+    other_session = retrieval.get_working_context(workspace, "chat-2", "kafka lag", mode="router", record=False)
+    legacy = retrieval.get_working_context(workspace, "chat-1", "kafka lag", mode="legacy", record=False)
     assert ids(other_session) == ids(legacy) == [hit.id]
 
 
@@ -364,7 +364,7 @@ def test_anchors_are_always_returned_with_drift_warnings(
     newer = aged(make_memory, now, "Deploys moved to Thursdays", 2.0, subject="deploy day")
     make_memory("kafka consumer lag alert")
 
-    ctx = services.get_working_context(workspace, "s", "kafka lag", mode="legacy", record=False, now=now)
+    ctx = retrieval.get_working_context(workspace, "s", "kafka lag", mode="legacy", record=False, now=now)
 
     assert ids(ctx)[0] == anchor.id
     assert ctx.items[0].score_breakdown["anchor_forced"] is True
@@ -378,16 +378,16 @@ def test_anchors_are_always_returned_with_drift_warnings(
 def test_max_tokens_below_the_smallest_anchor_is_refused(workspace: Workspace, make_memory: Make) -> None:
     make_memory("x" * 40, memory_type="anchor")  # 10 tokens
     with pytest.raises(InvalidInput) as err:
-        services.get_working_context(workspace, "s", "anything", max_tokens=9, record=False)
+        retrieval.get_working_context(workspace, "s", "anything", max_tokens=9, record=False)
     assert err.value.field == "max_tokens"
     assert "10 tokens" in err.value.detail
-    services.get_working_context(workspace, "s", "anything", max_tokens=10, record=False)
+    retrieval.get_working_context(workspace, "s", "anything", max_tokens=10, record=False)
 
 
 def test_budget_keeps_tokens_under_max_and_says_what_it_left_out(workspace: Workspace, make_memory: Make) -> None:
     big = make_memory("release " + "notes " * 100)  # ~150 tokens
     small = make_memory("release date is friday")
-    ctx = services.get_working_context(
+    ctx = retrieval.get_working_context(
         workspace, "s", "release notes", max_tokens=40, mode="legacy", record=False, explain=True
     )
     assert ids(ctx) == [small.id]
@@ -402,7 +402,7 @@ def test_explain_names_what_held_each_declined_candidate_down(
 ) -> None:
     aged(make_memory, now, "grafana dashboard for payments", 1.0)
     old = aged(make_memory, now, "grafana dashboard for payments", 24.0 * 20)
-    ctx = services.get_working_context(
+    ctx = retrieval.get_working_context(
         workspace, "s", "grafana payments", k=1, mode="legacy", record=False, explain=True
     )
     assert ctx.declined is not None
@@ -434,12 +434,12 @@ def test_bad_input_names_the_field(workspace: Workspace, kwargs: dict[str, Any],
     args: dict[str, Any] = {"query": "anything", **kwargs}
     query = args.pop("query")
     with pytest.raises(InvalidInput) as err:
-        services.get_working_context(workspace, "s", query, record=False, **args)
+        retrieval.get_working_context(workspace, "s", query, record=False, **args)
     assert err.value.field == field
 
 
 def test_legacy_mode_accepts_an_explicit_fast_recency(workspace: Workspace) -> None:
-    ctx = services.get_working_context(workspace, "s", "x", mode="legacy", strategy="fast:recency", record=False)
+    ctx = retrieval.get_working_context(workspace, "s", "x", mode="legacy", strategy="fast:recency", record=False)
     assert ctx.reasons[:2] == ["legacy_mode", "caller_explicit"]
 
 
@@ -450,8 +450,8 @@ def test_archived_memories_never_surface(workspace: Workspace, make_memory: Make
     kept = make_memory("sprint retro notes")
     gone = make_memory("sprint retro notes draft")
     memory_services.memory_archive(workspace=workspace, memory=gone, actor=user)
-    assert ids(services.get_working_context(workspace, "s", "sprint retro", record=False)) == [kept.id]
-    assert [h.memory.id for h in services.search(workspace, "sprint retro", record=False).hits] == [kept.id]
+    assert ids(retrieval.get_working_context(workspace, "s", "sprint retro", record=False)) == [kept.id]
+    assert [h.memory.id for h in retrieval.search(workspace, "sprint retro", record=False).hits] == [kept.id]
 
 
 def test_another_workspaces_memory_never_appears_even_through_a_pin(
@@ -461,9 +461,9 @@ def test_another_workspaces_memory_never_appears_even_through_a_pin(
     foreign = make_memory("roadmap for the mobile app (secret)", ws=other_workspace)
     # Bypass the service's ownership check: the context must still never read the foreign row.
     pin_store().pin(workspace=workspace, session_id="s", memory_id=foreign.id, weight=1.0, now=timezone.now())
-    ctx = services.get_working_context(workspace, "s", "mobile roadmap", mode="router", record=False)
+    ctx = retrieval.get_working_context(workspace, "s", "mobile roadmap", mode="router", record=False)
     assert ids(ctx) == [mine.id]
-    assert [h.memory.id for h in services.search(workspace, "mobile roadmap", record=False).hits] == [mine.id]
+    assert [h.memory.id for h in retrieval.search(workspace, "mobile roadmap", record=False).hits] == [mine.id]
 
 
 def test_pinning_a_memory_of_another_workspace_is_refused(
@@ -485,7 +485,7 @@ def test_context_boosts_returned_memories_and_their_partners(
     partner = make_memory("infrastructure repository layout")
     link(workspace, top, partner, "MENTIONS")  # a partner, and no context of the hit
 
-    ctx = services.get_working_context(workspace, "sess", "terraform state lock", k=2, mode="legacy")
+    ctx = retrieval.get_working_context(workspace, "sess", "terraform state lock", k=2, mode="legacy")
     assert ids(ctx) == [top.id, second.id]
     fresh_signal_bus.flush()
 
@@ -504,10 +504,10 @@ def test_dry_read_does_not_boost_or_record(
     workspace: Workspace, make_memory: Make, fresh_signal_bus: LocalSignalBus
 ) -> None:
     make_memory("terraform state lock timeout")
-    ctx = services.get_working_context(workspace, "s", "terraform", record=False)
+    ctx = retrieval.get_working_context(workspace, "s", "terraform", record=False)
     assert ctx.items and not ctx.recorded
     assert fresh_signal_bus.pending() == 0
-    services.search(workspace, "terraform", record=False)
+    retrieval.search(workspace, "terraform", record=False)
     assert fresh_signal_bus.pending() == 0
 
 
@@ -517,7 +517,7 @@ def test_search_returns_scored_hits_and_boosts_them_by_a_direct_retrieval(
     best = make_memory("redis eviction policy is allkeys-lru")
     other = make_memory("redis version upgrade")
     make_memory("unrelated lunch menu")
-    result = services.search(workspace, "redis eviction policy", k=5)
+    result = retrieval.search(workspace, "redis eviction policy", k=5)
     assert [h.memory.id for h in result.hits] == [best.id, other.id]
     assert 1.0 >= result.hits[0].score > result.hits[1].score > 0.0
     fresh_signal_bus.flush()
@@ -529,7 +529,7 @@ def test_search_returns_scored_hits_and_boosts_them_by_a_direct_retrieval(
 
 def test_search_validates_k(workspace: Workspace) -> None:
     with pytest.raises(InvalidInput) as err:
-        services.search(workspace, "x", k=0)
+        retrieval.search(workspace, "x", k=0)
     assert err.value.field == "k"
 
 
@@ -539,11 +539,11 @@ def test_search_validates_k(workspace: Workspace) -> None:
 def test_workspace_settings_drive_the_mode_and_are_echoed(workspace: Workspace, user: Any, make_memory: Make) -> None:
     make_memory("kafka consumer lag alert")
     services.settings_update(workspace=workspace, actor=user, surfacing={"mode": "router", "pin_multiplier": 0.5})
-    ctx = services.get_working_context(workspace, "s", "kafka", record=False)
+    ctx = retrieval.get_working_context(workspace, "s", "kafka", record=False)
     assert ctx.mode == "router"
     assert ctx.settings.pin_multiplier == 0.5
     services.settings_update(workspace=workspace, actor=user, surfacing={"mode": None})
-    assert services.get_working_context(workspace, "s", "kafka", record=False).mode == "legacy"
+    assert retrieval.get_working_context(workspace, "s", "kafka", record=False).mode == "legacy"
 
 
 def test_invalid_settings_change_writes_nothing(workspace: Workspace, user: Any) -> None:
@@ -559,7 +559,7 @@ def test_invalid_settings_change_writes_nothing(workspace: Workspace, user: Any)
 def test_status_filter_keeps_only_active(workspace: Workspace, make_memory: Make) -> None:
     memory = make_memory("superseded fact about billing")
     Memory.objects.filter(id=memory.id).update(status=Status.SUPERSEDED)
-    assert services.get_working_context(workspace, "s", "billing", record=False).items == []
+    assert retrieval.get_working_context(workspace, "s", "billing", record=False).items == []
 
 
 def test_a_ppr_work_cap_keeps_the_estimate_and_says_so(workspace: Workspace, make_memory: Make) -> None:
@@ -567,7 +567,7 @@ def test_a_ppr_work_cap_keeps_the_estimate_and_says_so(workspace: Workspace, mak
     others = [make_memory(f"note {i} on sessions") for i in range(4)]
     for other in others:
         link(workspace, decision, other)
-    ctx = services.get_working_context(
+    ctx = retrieval.get_working_context(
         workspace, "s", "why JWT", mode="router", record=False, settings_override={"ppr_max_pushes": 1}
     )
     (reason,) = [r for r in ctx.reasons if r.startswith("ppr_not_converged")]
@@ -581,7 +581,7 @@ def test_declined_memory_held_down_by_interference_says_so(workspace: Workspace,
     Memory.objects.filter(id=weak.id).update(
         activation_score=0.001, retention_score=0.93, metadata={"interference": {"partners": 1}}
     )
-    ctx = services.get_working_context(
+    ctx = retrieval.get_working_context(
         workspace, "s", "vault token rotation", k=1, mode="legacy", record=False, explain=True
     )
     assert ctx.declined is not None
@@ -615,15 +615,15 @@ def test_partners_take_an_equal_share_per_returned_memory_heaviest_first(seed: i
     taken, expected = set(nodes), []
     for node in nodes:
         count = 0
-        for v in one_node(csr, node, per_item + len(nodes), edge_type_mask(services.SPREAD_EDGE_CODES)).nodes.tolist():
+        for v in one_node(csr, node, per_item + len(nodes), edge_type_mask(retrieval.SPREAD_EDGE_CODES)).nodes.tolist():
             if len(expected) == limit or count == per_item:
                 break
             if v not in taken:
                 taken.add(v)
                 expected.append(ids[v])
                 count += 1
-    assert services._partners(subgraph, returned, limit) == expected
-    assert services._partners(None, returned, limit) == [] and services._partners(subgraph, [], limit) == []
+    assert retrieval._partners(subgraph, returned, limit) == expected
+    assert retrieval._partners(None, returned, limit) == [] and retrieval._partners(subgraph, [], limit) == []
 
 
 # -- the demo's "why did we pick JWT" story ------------------------------------------------------------
@@ -640,7 +640,7 @@ SEED_EXAMPLE = (
 def test_why_did_we_pick_jwt_brings_the_decision_and_its_reasons_first(demo: Workspace, mode: str) -> None:
     """The demo's story: the decision, the load-balancer note, the session-cookie incident and the RFC reference,
     though only the decision says "JWT" and "pick"; the anchor is forced in on its own."""
-    ctx = services.get_working_context(demo, "s1", "Why did we pick JWT?", k=10, mode=mode, record=False)
+    ctx = retrieval.get_working_context(demo, "s1", "Why did we pick JWT?", k=10, mode=mode, record=False)
     top = [item.content for item in ctx.items if item.memory_type != "anchor"][:5]
     for start in SEED_EXAMPLE:
         assert any(content.startswith(start) for content in top), (start, top)
@@ -653,7 +653,7 @@ def test_a_when_question_prefers_the_turn_that_says_when(workspace: Workspace, u
         2,
         ["The support group was really moving for me", "I went to the support group yesterday, it helped"],
     )
-    asked = services.get_working_context(
+    asked = retrieval.get_working_context(
         workspace, "s", "When did Ana go to the support group?", k=5, mode="router", record=False
     )
     by_id = {item.id: item.score_breakdown for item in asked.items}
@@ -661,6 +661,6 @@ def test_a_when_question_prefers_the_turn_that_says_when(workspace: Workspace, u
     assert by_id[dated]["factors"]["time"] == pytest.approx(1.0 + DEFAULTS.time_weight)
     assert any(r.startswith("time_cue:") for r in asked.reasons)
     assert ids(asked).index(dated) < ids(asked).index(vague)
-    plain = services.get_working_context(workspace, "s", "Ana and the support group", k=5, mode="router", record=False)
+    plain = retrieval.get_working_context(workspace, "s", "Ana and the support group", k=5, mode="router", record=False)
     assert all(item.score_breakdown["time_cue"] == 0.0 for item in plain.items)
     assert not any(r.startswith("time_cue:") for r in plain.reasons)

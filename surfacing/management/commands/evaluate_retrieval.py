@@ -47,7 +47,8 @@ from memories.inputs import SessionInput, TurnInput
 from memories.models import Workspace
 from memories.selectors import lexical_search
 from memories.signalbus import signal_bus
-from surfacing.services import get_working_context, settings_update
+from surfacing.retrieval import get_working_context
+from surfacing.services import settings_update
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M")
