@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import InvalidInput
-from evolution import dream, engine, memdir_io
+from evolution import dream, engine, engine_inputs, engine_selectors, memdir_io
 from evolution.api_proposals import proposal_json
 from evolution.models import DreamReport, Outcome
 from memories import selectors
@@ -98,9 +98,9 @@ class OutcomeListCreateApi(APIView):
     InputSerializer = inline_serializer(
         "OutcomeIn",
         fields={
-            "task_type": serializers.CharField(max_length=engine.MAX_TASK_TYPE),
+            "task_type": serializers.CharField(max_length=engine_inputs.MAX_TASK_TYPE),
             "result": serializers.ChoiceField(choices=["success", "fail"]),
-            "approach": serializers.CharField(required=False, max_length=engine.MAX_APPROACH),
+            "approach": serializers.CharField(required=False, max_length=engine_inputs.MAX_APPROACH),
             "context": serializers.DictField(required=False, help_text="{lesson?, issue?, solution?}"),
             "created_at": serializers.DateTimeField(required=False, help_text="for history recorded later"),
         },
@@ -131,13 +131,13 @@ class OutcomeListCreateApi(APIView):
             limit = int(request.query_params.get("limit") or 100)
         except ValueError:
             raise InvalidInput("after, limit: expected integers", field="limit") from None
-        page, cursor = engine.outcome_list(workspace=access.workspace, after_id=after, limit=limit)
+        page, cursor = engine_selectors.outcome_list(workspace=access.workspace, after_id=after, limit=limit)
         return Response({"results": [outcome_json(o) for o in page], "next": cursor})
 
     @extend_schema(request=InputSerializer, responses={201: OutputSerializer, **ERRORS})
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
-        item = engine.outcome_input(request.data)
+        item = engine_inputs.outcome_input(request.data)
         recorded = engine.outcome_record(workspace=access.workspace, item=item)
         body = {**outcome_json(recorded.outcome), "proposals": evolve_json(recorded.evolved)}
         return Response(body, status=status.HTTP_201_CREATED)
@@ -158,7 +158,7 @@ class CorrectionCreateApi(APIView):
     @extend_schema(request=InputSerializer, responses={201: MemoryOut, **ERRORS})
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
-        item = engine.correction_input(request.data)
+        item = engine_inputs.correction_input(request.data)
         memory = engine.correction_record(workspace=access.workspace, actor=request.user, item=item)
         return Response(memory_json(memory, timezone.now(), workspace=access.workspace), status=status.HTTP_201_CREATED)
 
@@ -178,7 +178,7 @@ class ReflectionCreateApi(APIView):
     @extend_schema(request=InputSerializer, responses={201: MemoryOut, **ERRORS})
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
-        item = engine.reflection_input(request.data)
+        item = engine_inputs.reflection_input(request.data)
         recorded = engine.reflection_record(workspace=access.workspace, actor=request.user, item=item)
         return Response(
             memory_json(recorded.memory, timezone.now(), workspace=access.workspace), status=status.HTTP_201_CREATED
@@ -195,7 +195,7 @@ class WorldModelApi(APIView):
     @extend_schema(responses={200: WorldModelOut, **ERRORS})
     def get(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
-        return Response(engine.world_model_for(access.workspace).as_json())
+        return Response(engine_selectors.world_model_for(access.workspace).as_json())
 
 
 class EvolveApi(APIView):

@@ -47,14 +47,9 @@ from core.errors import NotFound
 from evolution import dream_proposals
 from evolution.algorithms import tiers
 from evolution.algorithms.engine import REVIEW_TASK_TYPE, lesson_key
-from evolution.engine import (
-    DREAM_ORIGIN,
-    DREAM_TOPIC,
-    ReflectionInput,
-    is_dream_reflection,
-    reflection_fields,
-    reflection_record,
-)
+from evolution.engine import DREAM_ORIGIN, reflection_record
+from evolution.engine_inputs import DREAM_TOPIC, ReflectionInput
+from evolution.engine_selectors import is_dream_reflection, reflection_fields
 from evolution.models import DreamReport, EvolutionRun, Outcome, OutcomeResult, Proposal, ProposalStatus, RunStatus
 from history import audit
 from history.models import Action, EvolutionRecord

@@ -32,7 +32,7 @@ from typing import Any, Final
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from core.errors import Conflict, InvalidInput
-from evolution import engine
+from evolution import engine, engine_inputs, engine_selectors
 from evolution.algorithms import engine as algo
 from evolution.algorithms.reflection import week_patterns
 from evolution.derived import created_after, derived_memory, insert_derived
@@ -65,7 +65,7 @@ def _summary(p: Proposal | ProposalDraft, pk: int | None) -> dict[str, Any]:
 
 def reflection_drafts(*, workspace: Workspace, now: datetime) -> list[ProposalDraft]:
     """The week's patterns not proposed in the 7 days up to `now`, as reflection proposal drafts."""
-    outcomes = engine._engine_outcomes(engine.outcomes_in_order(workspace=workspace))
+    outcomes = engine_selectors.engine_outcomes(engine_selectors.outcomes_in_order(workspace=workspace))
     since = now - timedelta(days=algo.LESSON_WINDOW_DAYS)
     recent = Proposal.objects.filter(
         workspace=workspace, kind=ProposalKind.REFLECTION, created_at__gte=since, created_at__lte=now
@@ -105,15 +105,15 @@ def reflection_apply(workspace: Workspace, proposal: Proposal, actor: User | Non
     modified = reviewer_changed(payload, REFLECTION_EDITABLE)
     fields = {k: payload.get(k) for k in sorted(REFLECTION_EDITABLE)}
     try:
-        item = engine.reflection_input(fields)
+        item = engine_inputs.reflection_input(fields)
     except InvalidInput as exc:
         name = f"payload.{exc.field}" if exc.field else "payload"
         raise InvalidInput(f"payload.{exc.detail}", field=name) from None
-    item = engine.ReflectionInput(
+    item = engine_inputs.ReflectionInput(
         context=item.context,
         reflection=item.reflection,
         lesson=item.lesson,
-        topic=engine.DREAM_TOPIC,
+        topic=engine_inputs.DREAM_TOPIC,
         created_at=now,
     )
     origin = default_origin(actor, "user") if modified else engine.DREAM_ORIGIN
@@ -155,7 +155,7 @@ def promotion_drafts(*, workspace: Workspace, now: datetime) -> list[ProposalDra
         "id", "metadata", "created_at"
     )
     for memory in rows:
-        meta = engine.reflection_fields(memory)
+        meta = engine_selectors.reflection_fields(memory)
         if meta is None:
             continue
         ref = f"reflection:{memory.id}"
@@ -218,12 +218,12 @@ def promotion_drafts(*, workspace: Workspace, now: datetime) -> list[ProposalDra
 
 def _promotion_fields(payload: Mapping[str, Any]) -> tuple[str, str | None, list[uuid.UUID]]:
     rule = payload.get("rule")
-    if not isinstance(rule, str) or not engine.one_line(rule):
+    if not isinstance(rule, str) or not engine_inputs.one_line(rule):
         raise InvalidInput("payload.rule: expected the rule text (a non-blank string)", field="payload.rule")
     if len(rule) > MAX_CONTENT_CHARS:
         raise InvalidInput(f"payload.rule: longer than {MAX_CONTENT_CHARS} characters", field="payload.rule")
     task_type = payload.get("task_type")
-    if task_type is not None and (not isinstance(task_type, str) or len(task_type) > engine.MAX_TOPIC):
+    if task_type is not None and (not isinstance(task_type, str) or len(task_type) > engine_inputs.MAX_TOPIC):
         raise InvalidInput("payload.task_type: expected a string of at most 200 characters", field="payload.task_type")
     raw = payload.get("reflections") or []
     if not isinstance(raw, list):
@@ -232,8 +232,10 @@ def _promotion_fields(payload: Mapping[str, Any]) -> tuple[str, str | None, list
         reflections = [uuid.UUID(str(r)) for r in raw]
     except ValueError:
         raise InvalidInput("payload.reflections: expected memory ids (UUIDs)", field="payload.reflections") from None
-    topic = engine.one_line(task_type) if isinstance(task_type, str) and engine.one_line(task_type) else None
-    return engine.one_line(rule), topic, reflections
+    topic = (
+        engine_inputs.one_line(task_type) if isinstance(task_type, str) and engine_inputs.one_line(task_type) else None
+    )
+    return engine_inputs.one_line(rule), topic, reflections
 
 
 def _raise_target(workspace: Workspace, payload: Mapping[str, Any], rule: str) -> Memory | None:

@@ -21,17 +21,18 @@
   weight of every similar (word Jaccard >= 0.5) pending or approved strategy by 0.7; a pending one that falls
   below 0.3 is vetoed.
 
-Free text bound for the memory-evolution directory (task types, approaches, topics, correction and
-reflection fields) is kept on one line: runs of whitespace become one space.
+Parsing and validating the inputs is ``evolution.engine_inputs``; the reads (sensor, world model, reflection
+lessons, rules) are ``evolution.engine_selectors``. Importing this module registers the applier and the
+rejecter of strategy proposals (``evolution.apps`` does it when the app is ready).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Final
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -41,11 +42,25 @@ from django.utils import timezone
 from core.errors import InvalidInput
 from evolution import proposals
 from evolution.algorithms import engine as algo
+from evolution.engine_inputs import (
+    DEFAULT_APPROACH,
+    DREAM_TOPIC,
+    MAX_TOPIC,
+    STRATEGY_EDITABLE,
+    CorrectionInput,
+    OutcomeInput,
+    ReflectionInput,
+    correction_memory_input,
+    one_line,
+    reflection_memory_input,
+    subject_key,
+)
+from evolution.engine_selectors import engine_outcomes, outcomes_in_order, reflection_lessons
 from evolution.models import Outcome, OutcomeResult, Proposal, ProposalKind, ProposalStatus
 from history import audit
 from history.models import Action, EvolutionRecord
 from memories import live
-from memories.inputs import MAX_CONTENT_CHARS, MemoryInput, origin_tier, parse_when
+from memories.inputs import MAX_CONTENT_CHARS, MemoryInput
 from memories.models import Memory, MemoryType, Status, Tier, Workspace
 from memories.services import default_origin, memories_create
 
@@ -55,159 +70,7 @@ ENGINE_EVOLVER: Final = "Engine"
 # Origin of a rule the engine proposed and a person approved as written (origin tier 3: engine).
 ENGINE_ORIGIN: Final = "engine:strategy"
 DREAM_ORIGIN: Final = "engine:dream"
-DEFAULT_APPROACH: Final = "default"
-# A correction without a topic: its subject stays empty so it collides with nothing.
-DEFAULT_TOPIC: Final = "general"
-# Reflections the dream writes carry this topic; their lessons are the engine's own output, never evidence.
-DREAM_TOPIC: Final = "dream"
 SOURCE_ENGINE: Final = "engine"
-
-MAX_TASK_TYPE: Final = 120
-MAX_APPROACH: Final = 200
-MAX_TOPIC: Final = 200
-MAX_TEXT: Final = 10_000
-
-OUTCOME_FIELDS: Final = frozenset({"task_type", "result", "approach", "context", "created_at"})
-OUTCOME_CONTEXT_FIELDS: Final = frozenset({"lesson", "issue", "solution"})
-CORRECTION_FIELDS: Final = frozenset({"what_i_did_wrong", "what_i_should_do", "context", "topic", "created_at"})
-REFLECTION_FIELDS: Final = frozenset({"context", "reflection", "lesson", "topic", "created_at"})
-# Reviewer edits of a strategy proposal that approval accepts (the rest is what was reviewed).
-STRATEGY_EDITABLE: Final = frozenset({"rule", "task_type", "title"})
-
-
-# -------------------------------------------------------------------------------------------------- inputs
-
-
-def one_line(text: str) -> str:
-    """``text`` with every run of whitespace (newlines included) collapsed to one space, stripped."""
-    return " ".join(text.split())
-
-
-def subject_key(text: str) -> str:
-    """Case- and whitespace-insensitive form of a subject, as the slot policies compare them."""
-    return one_line(text).casefold()
-
-
-@dataclass(frozen=True)
-class OutcomeInput:
-    task_type: str
-    result: str
-    approach: str = DEFAULT_APPROACH
-    lesson: str = ""
-    issue: str = ""
-    solution: str = ""
-    created_at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class CorrectionInput:
-    what_i_did_wrong: str
-    what_i_should_do: str
-    context: str
-    topic: str = DEFAULT_TOPIC
-    created_at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class ReflectionInput:
-    context: str
-    reflection: str
-    lesson: str
-    topic: str | None = None
-    created_at: datetime | None = None
-
-
-def _object(raw: Any, name: str) -> Mapping[str, Any]:
-    if not isinstance(raw, Mapping):
-        raise InvalidInput(f"{name}: expected a JSON object", field=name)
-    return raw
-
-
-def _no_unknown(data: Mapping[str, Any], allowed: frozenset[str], prefix: str = "") -> None:
-    unknown = sorted(str(k) for k in data if k not in allowed)
-    if unknown:
-        name = f"{prefix}{unknown[0]}"
-        raise InvalidInput(f"{name}: unknown field; expected {', '.join(sorted(allowed))}", field=name)
-
-
-def _text(
-    data: Mapping[str, Any], key: str, *, prefix: str = "", required: bool, max_len: int, single_line: bool
-) -> str:
-    name = f"{prefix}{key}"
-    value = data.get(key)
-    if value is None:
-        if required:
-            raise InvalidInput(f"{name}: this field is required", field=name)
-        return ""
-    if not isinstance(value, str):
-        raise InvalidInput(f"{name}: expected a string", field=name)
-    cleaned = one_line(value) if single_line else value.strip()
-    if required and not cleaned:
-        raise InvalidInput(f"{name}: must not be blank", field=name)
-    if len(cleaned) > max_len:
-        raise InvalidInput(f"{name}: longer than {max_len} characters", field=name)
-    return cleaned
-
-
-def outcome_input(raw: Any) -> OutcomeInput:
-    """Validate ``{task_type, result: success|fail, approach?, context?: {lesson?, issue?, solution?},
-    created_at?}``; every bad field is an InvalidInput naming it."""
-    data = _object(raw, "body")
-    _no_unknown(data, OUTCOME_FIELDS)
-    task_type = _text(data, "task_type", required=True, max_len=MAX_TASK_TYPE, single_line=True)
-    result = data.get("result")
-    if result is None:
-        raise InvalidInput("result: this field is required", field="result")
-    if result not in OutcomeResult.values:
-        raise InvalidInput(f"result: {result!r} is not one of success, fail", field="result")
-    approach = _text(data, "approach", required=False, max_len=MAX_APPROACH, single_line=True)
-    context = data.get("context")
-    lesson = issue = solution = ""
-    if context is not None:
-        ctx = _object(context, "context")
-        _no_unknown(ctx, OUTCOME_CONTEXT_FIELDS, "context.")
-        lesson = _text(ctx, "lesson", prefix="context.", required=False, max_len=MAX_TEXT, single_line=True)
-        issue = _text(ctx, "issue", prefix="context.", required=False, max_len=MAX_TEXT, single_line=False)
-        solution = _text(ctx, "solution", prefix="context.", required=False, max_len=MAX_TEXT, single_line=False)
-    return OutcomeInput(
-        task_type=task_type,
-        result=str(result),
-        approach=approach or DEFAULT_APPROACH,
-        lesson=lesson,
-        issue=issue,
-        solution=solution,
-        created_at=parse_when(data.get("created_at"), "created_at"),
-    )
-
-
-def _topic(data: Mapping[str, Any]) -> str:
-    return _text(data, "topic", required=False, max_len=MAX_TOPIC, single_line=True)
-
-
-def correction_input(raw: Any) -> CorrectionInput:
-    """Validate ``{what_i_did_wrong, what_i_should_do, context, topic?, created_at?}``."""
-    data = _object(raw, "body")
-    _no_unknown(data, CORRECTION_FIELDS)
-    return CorrectionInput(
-        what_i_did_wrong=_text(data, "what_i_did_wrong", required=True, max_len=MAX_TEXT, single_line=True),
-        what_i_should_do=_text(data, "what_i_should_do", required=True, max_len=MAX_TEXT, single_line=True),
-        context=_text(data, "context", required=True, max_len=MAX_TEXT, single_line=True),
-        topic=_topic(data) or DEFAULT_TOPIC,
-        created_at=parse_when(data.get("created_at"), "created_at"),
-    )
-
-
-def reflection_input(raw: Any) -> ReflectionInput:
-    """Validate ``{context, reflection, lesson, topic?, created_at?}``."""
-    data = _object(raw, "body")
-    _no_unknown(data, REFLECTION_FIELDS)
-    return ReflectionInput(
-        context=_text(data, "context", required=True, max_len=MAX_TEXT, single_line=True),
-        reflection=_text(data, "reflection", required=True, max_len=MAX_TEXT, single_line=True),
-        lesson=_text(data, "lesson", required=True, max_len=MAX_TEXT, single_line=True),
-        topic=_topic(data) or None,
-        created_at=parse_when(data.get("created_at"), "created_at"),
-    )
 
 
 # ------------------------------------------------------------------------------------------------ results
@@ -263,38 +126,6 @@ def outcome_record(
     return OutcomeRecorded(outcome=outcome, evolved=evolved)
 
 
-def correction_subject(topic: str) -> str:
-    """The subject a correction of ``topic`` claims: the topic itself, empty for the default topic."""
-    return "" if subject_key(topic) in ("", DEFAULT_TOPIC) else one_line(topic)
-
-
-def correction_memory_input(
-    item: CorrectionInput, *, origin: str, tier: str = Tier.HOT, metadata: Mapping[str, Any] | None = None
-) -> MemoryInput:
-    """The memory a correction is stored as (see ``correction_record``); ``origin`` must be a person's."""
-    if origin_tier(origin) != 1:
-        raise InvalidInput("origin: a correction is authored by a person (user:, api:, cli:, import:)", field="origin")
-    topic = item.topic or DEFAULT_TOPIC
-    meta = {
-        **(metadata or {}),
-        "correction": {
-            "what_i_did_wrong": item.what_i_did_wrong,
-            "what_i_should_do": item.what_i_should_do,
-            "context": item.context,
-            "topic": topic,
-        },
-    }
-    return MemoryInput(
-        content=item.what_i_should_do,
-        memory_type=MemoryType.CORRECTION,
-        subject=correction_subject(topic),
-        origin=origin,
-        tier=tier,
-        created_at=item.created_at,
-        metadata=meta,
-    )
-
-
 @transaction.atomic
 def correction_record(
     *,
@@ -317,32 +148,6 @@ def correction_record(
         items=[correction_memory_input(item, origin=final_origin)],
     )
     return memory
-
-
-def reflection_content(context: str, reflection: str, lesson: str) -> str:
-    return f"CONTEXT: {context}\nREFLECTION: {reflection}\nLESSON: {lesson}"
-
-
-def reflection_memory_input(
-    item: ReflectionInput, *, origin: str = "", metadata: Mapping[str, Any] | None = None
-) -> MemoryInput:
-    """The memory a reflection is stored as (see ``reflection_record``)."""
-    meta = {
-        **(metadata or {}),
-        "reflection": {
-            "context": item.context,
-            "reflection": item.reflection,
-            "lesson": item.lesson,
-            "topic": item.topic,
-        },
-    }
-    return MemoryInput(
-        content=reflection_content(item.context, item.reflection, item.lesson),
-        memory_type=MemoryType.REFLECTION,
-        origin=origin,
-        created_at=item.created_at,
-        metadata=meta,
-    )
 
 
 @transaction.atomic
@@ -379,120 +184,6 @@ def _evolve_for_lesson(workspace: Workspace, lesson: str, now: datetime) -> Evol
     if Proposal.objects.filter(workspace=workspace, dedupe_key=key).exists():
         return None
     return engine_evolve(workspace=workspace, now=now)
-
-
-# ------------------------------------------------------------------------------------------ sensor reads
-
-
-def sensor_id(index: int) -> str:
-    """Id of the ``index``-th (0-based) outcome of a workspace in recorded order: S-0001, S-0002, ...
-
-    Recorded order is insertion order, so a reading keeps its id when an older one is recorded later
-    (outcomes may carry a past ``created_at``) and the evidence refs of proposals stay true.
-    """
-    return f"S-{index + 1:04d}"
-
-
-def outcomes_in_order(*, workspace: Workspace) -> list[Outcome]:
-    """Every outcome of the workspace in recorded (insertion) order."""
-    return list(Outcome.objects.filter(workspace=workspace).order_by("pk"))
-
-
-def outcome_list(*, workspace: Workspace, after_id: int = 0, limit: int = 100) -> tuple[list[Outcome], int | None]:
-    """A page of outcomes, newest first; the cursor is the last id (pass it as ``after_id``)."""
-    limit = max(1, min(500, limit))
-    rows = Outcome.objects.filter(workspace=workspace)
-    if after_id:
-        rows = rows.filter(pk__lt=after_id)
-    page = list(rows.order_by("-pk")[: limit + 1])
-    cursor = page[limit - 1].pk if len(page) > limit else None
-    return page[:limit], cursor
-
-
-def _engine_outcomes(rows: Sequence[Outcome]) -> list[algo.Outcome]:
-    return [
-        algo.Outcome(
-            task_type=o.task_type,
-            approach=o.approach or DEFAULT_APPROACH,
-            result="success" if o.result == OutcomeResult.SUCCESS else "fail",
-            lesson=o.lesson,
-            issue=o.issue,
-            solution=o.solution,
-            at=o.created_at,
-            ref=f"sensor:{sensor_id(i)}",
-        )
-        for i, o in enumerate(rows)
-    ]
-
-
-@dataclass(frozen=True)
-class WorldModelView:
-    """Success statistics: ``approaches`` per (task_type, approach), ``task_types`` with their best approach."""
-
-    approaches: list[dict[str, Any]]
-    task_types: list[dict[str, Any]]
-    outcomes: int
-
-    def as_json(self) -> dict[str, Any]:
-        return {"approaches": self.approaches, "task_types": self.task_types, "outcomes": self.outcomes}
-
-
-def world_model_for(workspace: Workspace) -> WorldModelView:
-    """The world model of every outcome recorded in ``workspace`` (rate = successes / (successes + failures))."""
-    outcomes = _engine_outcomes(outcomes_in_order(workspace=workspace))
-    model = algo.world_model(outcomes)
-    return WorldModelView(
-        approaches=[
-            {"task_type": t, "approach": a, "successes": s.successes, "failures": s.failures, "rate": s.rate}
-            for (t, a), s in model.by_approach.items()
-        ],
-        task_types=[
-            {
-                "task_type": t,
-                "successes": s.successes,
-                "failures": s.failures,
-                "rate": s.rate,
-                "best_approach": algo.best_approach(model, t),
-            }
-            for t, s in model.by_task_type.items()
-        ],
-        outcomes=len(outcomes),
-    )
-
-
-# ------------------------------------------------------------------------------------------- reflections
-
-
-def reflection_fields(memory: Memory) -> dict[str, Any] | None:
-    """``metadata["reflection"]`` of a reflection memory when well formed, else None."""
-    meta = memory.metadata.get("reflection") if isinstance(memory.metadata, dict) else None
-    if not isinstance(meta, dict):
-        return None
-    if not all(isinstance(meta.get(k), str) and meta.get(k) for k in ("context", "reflection", "lesson")):
-        return None
-    return meta
-
-
-def is_dream_reflection(memory: Memory) -> bool:
-    meta = reflection_fields(memory)
-    return meta is not None and isinstance(meta.get("topic"), str) and subject_key(meta["topic"]) == DREAM_TOPIC
-
-
-def reflection_lessons(*, workspace: Workspace) -> tuple[list[algo.Lesson], dict[str, str]]:
-    """Lessons of the workspace's active reflections (not the dream's log); refs ``reflection:<memory id>``."""
-    lessons: list[algo.Lesson] = []
-    ids: dict[str, str] = {}
-    rows = Memory.objects.filter(workspace=workspace, memory_type=MemoryType.REFLECTION, status=Status.ACTIVE).only(
-        "id", "metadata", "created_at"
-    )
-    for memory in rows:
-        meta = reflection_fields(memory)
-        if meta is None or is_dream_reflection(memory):
-            continue
-        ref = f"reflection:{memory.id}"
-        ids[ref] = str(memory.id)
-        lessons.append(algo.Lesson(text=meta["lesson"], at=memory.created_at, ref=ref, task_type=meta["context"]))
-    return lessons, ids
 
 
 # ------------------------------------------------------------------------------------------------ evolve
@@ -547,7 +238,7 @@ def engine_evolve(*, workspace: Workspace, now: datetime | None = None) -> Evolv
     # Serialise engine runs of one workspace so two concurrent calls cannot both create a proposal.
     Workspace.objects.select_for_update().filter(pk=workspace.pk).values_list("pk").first()
     rows = outcomes_in_order(workspace=workspace)
-    outcomes = _engine_outcomes(rows)
+    outcomes = engine_outcomes(rows)
     lessons, reflection_ids = reflection_lessons(workspace=workspace)
     strategies = list(Proposal.objects.filter(workspace=workspace, kind=ProposalKind.STRATEGY))
     existing_keys = {p.dedupe_key for p in strategies if p.dedupe_key}
@@ -902,18 +593,3 @@ def _announce(workspace: Workspace, proposal: Proposal) -> None:
 
 proposals.register_proposal_applier(ProposalKind.STRATEGY, strategy_apply)
 proposals.register_proposal_rejecter(ProposalKind.STRATEGY, strategy_rejected)
-
-
-# ------------------------------------------------------------------------------------------ rule reads
-
-
-def strategy_rules(*, workspace: Workspace, statuses: Iterable[str] = (Status.ACTIVE,)) -> list[Memory]:
-    """Rule memories (type strategy) of ``workspace`` with the given statuses, HOT first, newest first."""
-    rows = Memory.objects.filter(workspace=workspace, memory_type=MemoryType.STRATEGY, status__in=list(statuses))
-    order: dict[str, int] = {Tier.HOT: 0, Tier.WARM: 1, Tier.COLD: 2}
-    return sorted(rows, key=lambda m: (order.get(m.tier, 3), -m.created_at.timestamp()))
-
-
-def recent_window(now: datetime) -> tuple[datetime, datetime]:
-    """The engine's "recent" window, the one lessons are counted in: the 7 days up to ``now``."""
-    return now - timedelta(days=algo.LESSON_WINDOW_DAYS), now

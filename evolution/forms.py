@@ -12,7 +12,7 @@ from typing import Any
 from django import forms
 
 from evolution.dream_proposals import REFLECTION_EDITABLE
-from evolution.engine import MAX_TASK_TYPE, MAX_TEXT, STRATEGY_EDITABLE
+from evolution.engine_inputs import MAX_TASK_TYPE, MAX_TEXT, STRATEGY_EDITABLE
 from evolution.evolvers import EVOLVERS, default_cycle
 from evolution.models import Proposal, ProposalKind
 from evolution.proposals import MAX_REASON_CHARS, SUMMARY_EDITABLE

@@ -50,10 +50,10 @@ from core.errors import DomainError, InvalidInput
 from evolution import dream
 from evolution.algorithms import memdir, tiers
 from evolution.algorithms.engine import strategy_key
-from evolution.engine import (
+from evolution.engine import ENGINE_ORIGIN
+from evolution.engine_inputs import (
     DEFAULT_APPROACH,
     DEFAULT_TOPIC,
-    ENGINE_ORIGIN,
     MAX_APPROACH,
     MAX_TASK_TYPE,
     MAX_TOPIC,
@@ -61,11 +61,9 @@ from evolution.engine import (
     ReflectionInput,
     correction_memory_input,
     one_line,
-    outcomes_in_order,
-    reflection_fields,
     reflection_memory_input,
-    sensor_id,
 )
+from evolution.engine_selectors import outcomes_in_order, reflection_fields, sensor_id
 from evolution.models import Outcome, OutcomeResult, Proposal, ProposalKind, ProposalStatus
 from history import audit
 from history.models import Action, EvolutionRecord

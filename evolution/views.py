@@ -32,7 +32,18 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.errors import Conflict, InvalidInput
-from evolution import curation, dream, engine, memdir_io, merges, page_selectors, proposals, services
+from evolution import (
+    curation,
+    dream,
+    engine,
+    engine_inputs,
+    engine_selectors,
+    memdir_io,
+    merges,
+    page_selectors,
+    proposals,
+    services,
+)
 from evolution.algorithms.engine import REVIEW_TASK_TYPE
 from evolution.evolvers.base import REASONS
 from evolution.forms import (
@@ -331,7 +342,7 @@ def _merge_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: M
 
 def _reflection_preview(proposal: Proposal) -> Preview:
     payload = _payload(proposal)
-    content = engine.reflection_content(
+    content = engine_inputs.reflection_content(
         str(payload.get("context") or ""), str(payload.get("reflection") or ""), str(payload.get("lesson") or "")
     )
     return Preview(
@@ -340,7 +351,10 @@ def _reflection_preview(proposal: Proposal) -> Preview:
                 memory_type=MemoryType.REFLECTION,
                 subject="",
                 content=content,
-                details=[("Topic", engine.DREAM_TOPIC), ("Origin", f"{engine.DREAM_ORIGIN}; yours if you modify it")],
+                details=[
+                    ("Topic", engine_inputs.DREAM_TOPIC),
+                    ("Origin", f"{engine.DREAM_ORIGIN}; yours if you modify it"),
+                ],
             )
         ],
         notes=["No other memory changes. The reflection is one record that can be reverted."],
@@ -1134,12 +1148,14 @@ ENGINE: Final = "evolution/engine.html"
 
 
 def _engine_page(request: HttpRequest, access: WorkspaceAccess, status: int = 200, **extra: Any) -> HttpResponse:
-    outcomes, _ = engine.outcome_list(workspace=access.workspace, limit=20)
+    outcomes, _ = engine_selectors.outcome_list(workspace=access.workspace, limit=20)
+    model = engine_selectors.world_model_for(access.workspace)
+    rules = engine_selectors.strategy_rules(workspace=access.workspace, statuses=(Status.ACTIVE, Status.ARCHIVED))
     context = {
         "access": access,
-        "model": engine.world_model_for(access.workspace),
+        "model": model,
         "outcomes": outcomes,
-        "rules": engine.strategy_rules(workspace=access.workspace, statuses=(Status.ACTIVE, Status.ARCHIVED))[:50],
+        "rules": rules[:50],
         "reports": dream.dream_report_list(workspace=access.workspace, limit=10),
         "pending": page_selectors.proposal_counts(workspace=access.workspace)[ProposalStatus.PENDING],
         "import_form": extra.pop("import_form", None) or ImportForm(),

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from evolution import dream, engine, services
+from evolution import dream, engine, engine_selectors, services
 from evolution.models import DreamReport, EvolutionRun, Outcome, Proposal
 from history.models import EvolutionRecord
 from memories.models import Memory, RetrievalEvent, Workspace
@@ -212,9 +212,9 @@ def test_patterns_of_the_week_are_appended_as_dream_reflections_that_are_not_les
     memory = Memory.objects.get(id=first["memory_id"])
     assert memory.memory_type == "reflection" and memory.origin == engine.DREAM_ORIGIN
     assert memory.metadata["reflection"]["topic"] == "dream"
-    assert engine.is_dream_reflection(memory)
+    assert engine_selectors.is_dream_reflection(memory)
     # The dream's log is the engine's own output: its lessons never count towards a strategy.
-    lessons, _ = engine.reflection_lessons(workspace=workspace)
+    lessons, _ = engine_selectors.reflection_lessons(workspace=workspace)
     assert lessons == []
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from core.errors import Conflict, InvalidInput
-from evolution import dream, engine
+from evolution import dream, engine, engine_inputs, engine_selectors
 from evolution.dream_proposals import promotion_drafts, reflection_drafts
 from evolution.models import Outcome, Proposal, ProposalStatus
 from evolution.proposals import proposal_approve, proposal_create, proposal_reject
@@ -35,7 +35,7 @@ def failing_issue(ws: Workspace, issue: str = "disk full", days: tuple[float, ..
 
 
 def reflect(ws: Workspace, days_ago: float, lesson: str = LESSON, topic: str | None = "dream") -> Memory:
-    item = engine.ReflectionInput(
+    item = engine_inputs.ReflectionInput(
         context="docker builds",
         reflection=f"noticed on day {days_ago}",
         lesson=lesson,
@@ -111,10 +111,10 @@ def test_approving_a_reflection_writes_it_to_the_log_and_revert_removes_it(works
     assert record is not None and record.evolver == "Dream" and record.action == "create"
     memory = Memory.objects.get(id=record.output_ids[0])
     assert memory.memory_type == "reflection" and memory.origin == engine.DREAM_ORIGIN
-    assert memory.content == engine.reflection_content(
+    assert memory.content == engine_inputs.reflection_content(
         "deploy", proposal.payload["reflection"], proposal.payload["lesson"]
     )
-    assert engine.is_dream_reflection(memory)
+    assert engine_selectors.is_dream_reflection(memory)
     record_revert(workspace=workspace, record_id=record.pk, actor=user)
     assert rows(workspace) == before
     with pytest.raises(Conflict, match="already decided"):

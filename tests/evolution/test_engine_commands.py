@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from evolution import engine
+from evolution import engine, engine_inputs
 from evolution.algorithms.memdir import read_tree
 from evolution.models import DreamReport, Outcome
 from memories.inputs import MemoryInput
@@ -41,7 +41,7 @@ def history(workspace: Workspace, user: Any) -> None:
     for days in (3, 2, 1):
         engine.outcome_record(
             workspace=workspace,
-            item=engine.OutcomeInput(
+            item=engine_inputs.OutcomeInput(
                 task_type="build",
                 result="fail",
                 lesson="Pin the toolchain",
@@ -51,7 +51,7 @@ def history(workspace: Workspace, user: Any) -> None:
     engine.correction_record(
         workspace=workspace,
         actor=user,
-        item=engine.CorrectionInput(what_i_did_wrong="a", what_i_should_do="b", context="c", topic="t"),
+        item=engine_inputs.CorrectionInput(what_i_did_wrong="a", what_i_should_do="b", context="c", topic="t"),
     )
     stale_rule(workspace, user)
 

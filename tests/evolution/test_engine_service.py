@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from core.errors import Conflict, InvalidInput
-from evolution import engine, proposals
+from evolution import engine, engine_inputs, engine_selectors, proposals
 from evolution.algorithms.engine import REVIEW_TASK_TYPE, strategy_key
 from evolution.models import Outcome, Proposal, ProposalKind, ProposalStatus
 from history.models import EvolutionRecord
@@ -33,7 +33,7 @@ def outcome(
 ) -> engine.OutcomeRecorded:
     return engine.outcome_record(
         workspace=ws,
-        item=engine.OutcomeInput(
+        item=engine_inputs.OutcomeInput(
             task_type=task_type,
             result=result,
             approach=approach,
@@ -74,7 +74,7 @@ def strategy(
 )
 def test_every_bad_outcome_field_is_named(body: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidInput) as caught:
-        engine.outcome_input(body)
+        engine_inputs.outcome_input(body)
     assert caught.value.field == field
 
 
@@ -90,15 +90,15 @@ def test_every_bad_outcome_field_is_named(body: dict[str, Any], field: str) -> N
 )
 def test_every_bad_correction_field_is_named(body: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidInput) as caught:
-        engine.correction_input(body)
+        engine_inputs.correction_input(body)
     assert caught.value.field == field
 
 
 def test_reflection_input_needs_all_three_parts_and_keeps_them_on_one_line() -> None:
     with pytest.raises(InvalidInput) as caught:
-        engine.reflection_input({"context": "c", "reflection": "r"})
+        engine_inputs.reflection_input({"context": "c", "reflection": "r"})
     assert caught.value.field == "lesson"
-    item = engine.reflection_input({"context": "a\n b", "reflection": "r", "lesson": "l\tm", "topic": " t "})
+    item = engine_inputs.reflection_input({"context": "a\n b", "reflection": "r", "lesson": "l\tm", "topic": " t "})
     assert (item.context, item.lesson, item.topic) == ("a b", "l m", "t")
 
 
@@ -106,7 +106,7 @@ def test_reflection_input_needs_all_three_parts_and_keeps_them_on_one_line() -> 
 
 
 def test_an_outcome_without_approach_is_recorded_under_the_default_approach(workspace: Workspace) -> None:
-    item = engine.outcome_input({"task_type": "Deploy\n staging", "result": "success"})
+    item = engine_inputs.outcome_input({"task_type": "Deploy\n staging", "result": "success"})
     recorded = engine.outcome_record(workspace=workspace, item=item, now=NOW)
     assert (recorded.outcome.task_type, recorded.outcome.approach) == ("Deploy staging", "default")
     assert recorded.evolved is None
@@ -115,7 +115,7 @@ def test_an_outcome_without_approach_is_recorded_under_the_default_approach(work
 def test_world_model_counts_successes_per_task_type_and_approach(workspace: Workspace) -> None:
     for result, approach in [("success", "a"), ("success", "a"), ("fail", "a"), ("success", "b"), ("fail", "b")]:
         outcome(workspace, result=result, approach=approach, lesson="", task_type="deploy")
-    model = engine.world_model_for(workspace)
+    model = engine_selectors.world_model_for(workspace)
     assert model.outcomes == 5
     by = {(r["task_type"], r["approach"]): r for r in model.approaches}
     assert by[("deploy", "a")]["rate"] == pytest.approx(2 / 3, abs=1e-6)
@@ -157,7 +157,7 @@ def test_three_sightings_spread_over_more_than_seven_days_propose_nothing(worksp
 
 def test_reflection_lessons_count_but_the_dreams_own_log_does_not(workspace: Workspace, user: Any) -> None:
     def reflect(days: float, topic: str | None) -> engine.ReflectionRecorded:
-        item = engine.ReflectionInput(
+        item = engine_inputs.ReflectionInput(
             context="Electron packaging",
             reflection="adm-zip needs a separate include",
             lesson=LESSON,
@@ -167,7 +167,7 @@ def test_reflection_lessons_count_but_the_dreams_own_log_does_not(workspace: Wor
         return engine.reflection_record(workspace=workspace, actor=user, item=item, now=NOW)
 
     for d in (3, 2, 1):
-        assert reflect(d, engine.DREAM_TOPIC).evolved is None
+        assert reflect(d, engine_inputs.DREAM_TOPIC).evolved is None
     assert engine.engine_evolve(workspace=workspace, now=NOW).empty
     reflect(3, None)
     reflect(2, "packaging")
@@ -291,7 +291,7 @@ def test_a_correction_lands_in_hot_and_wins_over_every_memory_of_its_topic(
 ) -> None:
     preference = make_memory("use vim", memory_type="preference", subject="editor")
     rule = make_memory("edit with nano", memory_type="strategy", subject="Editor", tier="hot")
-    item = engine.correction_input(
+    item = engine_inputs.correction_input(
         {"what_i_did_wrong": "opened vim", "what_i_should_do": "use emacs", "context": "editing", "topic": "editor"}
     )
     correction = engine.correction_record(workspace=workspace, actor=user, item=item)
@@ -304,14 +304,14 @@ def test_a_correction_lands_in_hot_and_wins_over_every_memory_of_its_topic(
 
 def test_a_correction_without_topic_claims_no_subject(workspace: Workspace, user: Any, make_memory: Any) -> None:
     bystander = make_memory("x", memory_type="preference", subject="general")
-    item = engine.correction_input({"what_i_did_wrong": "a", "what_i_should_do": "b", "context": "c"})
+    item = engine_inputs.correction_input({"what_i_did_wrong": "a", "what_i_should_do": "b", "context": "c"})
     correction = engine.correction_record(workspace=workspace, actor=user, item=item)
     assert (correction.subject, correction.metadata["correction"]["topic"]) == ("", "general")
     assert Memory.objects.get(id=bystander.id).content == "x"
 
 
 def test_a_strategy_conflicting_with_a_correction_of_its_task_type_is_vetoed(workspace: Workspace, user: Any) -> None:
-    item = engine.correction_input(
+    item = engine_inputs.correction_input(
         {
             "what_i_did_wrong": "skipped asar",
             "what_i_should_do": "use the asar whitelist",

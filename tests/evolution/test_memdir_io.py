@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.errors import InvalidInput
-from evolution import dream, engine, memdir_io, proposals
+from evolution import dream, engine, engine_inputs, memdir_io, proposals
 from evolution.algorithms import memdir
 from evolution.models import Outcome, Proposal, ProposalStatus
 from history.models import Action, EvolutionRecord
@@ -38,7 +38,9 @@ def new_workspace(user: Any, prefix: str = "copy") -> Workspace:
 def record_outcome(ws: Workspace, task: str, result: str, lesson: str = "", days: float = 1.0) -> None:
     engine.outcome_record(
         workspace=ws,
-        item=engine.OutcomeInput(task_type=task, result=result, lesson=lesson, created_at=NOW - timedelta(days=days)),
+        item=engine_inputs.OutcomeInput(
+            task_type=task, result=result, lesson=lesson, created_at=NOW - timedelta(days=days)
+        ),
         now=NOW,
     )
 
@@ -47,7 +49,7 @@ def record_correction(ws: Workspace, user: Any, topic: str, should: str, days: f
     return engine.correction_record(
         workspace=ws,
         actor=user,
-        item=engine.CorrectionInput(
+        item=engine_inputs.CorrectionInput(
             what_i_did_wrong=f"not {should}",
             what_i_should_do=should,
             context="when it applies",
@@ -61,7 +63,7 @@ def record_reflection(ws: Workspace, user: Any, lesson: str, days: float = 1.0, 
     engine.reflection_record(
         workspace=ws,
         actor=user,
-        item=engine.ReflectionInput(
+        item=engine_inputs.ReflectionInput(
             context="Electron packaging",
             reflection="adm-zip needs a separate include",
             lesson=lesson,
@@ -213,7 +215,7 @@ def test_export_then_import_into_a_new_workspace_then_export_is_byte_for_byte_th
     def shape(ws: Workspace) -> list[tuple[str, str, str, str]]:
         rows = Memory.objects.filter(workspace=ws).values_list("memory_type", "tier", "status", "content")
         # A rule's text is one line without "<!--" in the directory (the bullet's metadata comment).
-        return sorted((t, tier, s, engine.one_line(c).replace("<!--", "< !--")) for t, tier, s, c in rows)
+        return sorted((t, tier, s, engine_inputs.one_line(c).replace("<!--", "< !--")) for t, tier, s, c in rows)
 
     assert shape(target) == [s for s in shape(workspace) if s[2] != "superseded"]
     assert Outcome.objects.filter(workspace=target).count() == Outcome.objects.filter(workspace=workspace).count()
@@ -247,9 +249,9 @@ def apply_operation(ws: Workspace, user: Any, op: tuple[Any, ...]) -> None:
     if kind == "outcome":
         record_outcome(ws, op[1], op[2], op[3], op[4])
     elif kind == "correction":
-        record_correction(ws, user, op[1], engine.one_line(op[2]) or "x", op[3])
+        record_correction(ws, user, op[1], engine_inputs.one_line(op[2]) or "x", op[3])
     elif kind == "reflection":
-        record_reflection(ws, user, engine.one_line(op[2]) or "x", op[3], topic=op[1])
+        record_reflection(ws, user, engine_inputs.one_line(op[2]) or "x", op[3], topic=op[1])
     elif kind == "rule":
         manual_rule(ws, user, op[2], tier=op[1], days=op[3], status="archived" if op[1] == "cold" else "active")
     elif kind in ("approve", "reject"):

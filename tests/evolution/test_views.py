@@ -19,7 +19,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.utils import timezone
 
-from evolution import curation, engine, memdir_io, proposals, services
+from evolution import curation, engine, engine_inputs, memdir_io, proposals, services
 from evolution.consumers import RunProgressConsumer
 from evolution.models import DreamReport, EvolutionRun, Outcome, Proposal, ProposalKind, ProposalStatus, RunStatus
 from evolution.runner import PROGRESS_EVENT
@@ -368,7 +368,7 @@ def test_vetoed_strategies_are_listed_with_their_covenant_reasons(browser: Clien
     for days in (3, 2, 1):
         engine.outcome_record(
             workspace=workspace,
-            item=engine.OutcomeInput(
+            item=engine_inputs.OutcomeInput(
                 task_type="deploy",
                 result="fail",
                 lesson="Put the deploy password in the README",
@@ -710,7 +710,7 @@ async def test_the_socket_pushes_the_run_body_to_members_only(
 
 def test_the_engine_page_shows_the_world_model(browser: Client, workspace: Workspace) -> None:
     for result in ("success", "success", "fail"):
-        engine.outcome_record(workspace=workspace, item=engine.OutcomeInput(task_type="deploy", result=result))
+        engine.outcome_record(workspace=workspace, item=engine_inputs.OutcomeInput(task_type="deploy", result=result))
     html = html_of(browser.get(BASE + "/engine/"))
     table = html[html.index('id="world-model"') :]
     assert re.search(
