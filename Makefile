@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 
 .PHONY: run test install migrate demo serve lint typecheck importlint bench bench-ingest bench-surfacing \
-	bench-evolution bench-pages bench-vectors bench-embedders services-start services-stop clean
+	bench-evolution bench-pages bench-vectors bench-embedders bench-graph services-start services-stop clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,7 +52,7 @@ services-start:
 services-stop:
 	scripts/services.sh stop
 
-bench: bench-ingest bench-surfacing bench-evolution bench-pages bench-vectors bench-embedders
+bench: bench-ingest bench-surfacing bench-evolution bench-pages bench-vectors bench-embedders bench-graph
 
 bench-ingest: install
 	$(PY) bench/bench_ingest.py
@@ -68,6 +68,9 @@ bench-vectors: install
 
 bench-embedders: install
 	$(PY) bench/bench_embedders.py
+
+bench-graph: install
+	$(PY) bench/bench_graph.py
 
 bench-pages: install
 	$(PY) bench/bench_pages.py

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -133,25 +131,6 @@ def test_csr_equals_the_scipy_matrix_of_the_edge_list_with_parallel_edges_summed
         assert keys == sorted(keys)
 
 
-def test_a_million_edges_over_a_hundred_thousand_nodes_build_well_under_a_second() -> None:
-    rng = np.random.default_rng(0)
-    n, m = 100_000, 1_000_000
-    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
-    w = rng.random(m).astype(np.float32)
-    t = rng.integers(0, 15, m).astype(np.int8)
-    best = min(_timed_build(n, src, dst, w, t) for _ in range(3))
-    assert best < 0.9
-
-
-def _timed_build(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, t: np.ndarray) -> float:
-    # CPU time of this process (numpy sorts on one thread), so a busy CI machine does not fail the test.
-    start = time.process_time()
-    g = build_csr(n, src, dst, w, t)
-    elapsed = time.process_time() - start
-    assert g.n_edges == src.shape[0]
-    return elapsed
-
-
 def _assert_same_graph(a: CSRGraph, b: CSRGraph) -> None:
     """Every array equal, strengths bit for bit (both are summed in row order)."""
     assert a.n_nodes == b.n_nodes
@@ -252,19 +231,17 @@ def test_merge_rejects_a_renumbering_that_would_reorder_or_lose_edges(node_map: 
         merge_csr(g, node_map, 4, [], [], [], [])
 
 
-def test_merging_a_thousand_edges_into_a_million_costs_a_fraction_of_a_rebuild() -> None:
+def test_merging_new_edges_into_a_large_graph_equals_rebuilding_it() -> None:
+    # How fast the merge is against a rebuild is measured by bench/bench_graph.py (make bench-graph).
     rng = np.random.default_rng(1)
-    n, m, k = 100_000, 1_000_000, 1_000
+    n, m, k = 20_000, 100_000, 1_000
     src, dst = rng.integers(0, n, m + k), rng.integers(0, n, m + k)
     w = np.ones(m + k, dtype=np.float32)  # the common case: every edge at the default weight
     t = rng.integers(0, 15, m + k).astype(np.int8)
     old = build_csr(n, src[:m], dst[:m], w[:m], t[:m])
-    start = time.process_time()
     merged = merge_csr(old, np.arange(n), n, src[m:], dst[m:], w[m:], t[m:])
-    merge_seconds = time.process_time() - start
-    rebuild_seconds = min(_timed_build(n, src, dst, w, t) for _ in range(2))
     assert merged.n_edges == m + k
-    assert merge_seconds < rebuild_seconds / 2
+    _assert_same_graph(merged, build_csr(n, src, dst, w, t))
 
 
 def test_top_neighbours_ignores_direction_filters_types_and_keeps_the_heaviest_duplicate() -> None:
