@@ -127,11 +127,26 @@ def _response_schema(schema: dict[str, Any], path: str, method: str, code: int) 
     return node
 
 
+Call = tuple[str, str, str, dict[str, Any] | None, int]
+"""(documented path, method, real path, body, expected status) of one API call."""
+
+
+def _assert_documented(schema: dict[str, Any], api: Any, calls: list[Call]) -> None:
+    """Make each call and compare what it returned with what the schema documents for that answer."""
+    problems: list[str] = []
+    for documented_path, method, real_path, body, code in calls:
+        response = getattr(api, method)(real_path, body, format="json") if body else getattr(api, method)(real_path)
+        assert response.status_code == code, (method, real_path, response.content)
+        node = _response_schema(schema, documented_path, method, code)
+        problems += _mismatches(schema, node, response.json(), f"{method.upper()} {documented_path}")
+    assert problems == [], "\n".join(problems)
+
+
 def test_every_memory_endpoint_returns_exactly_what_it_documents(
     schema: dict[str, Any], api: Any, workspace: Any
 ) -> None:
     base = "/api/v1/workspaces/acme/"
-    calls: list[tuple[str, str, str, dict[str, Any] | None, int]] = [
+    calls: list[Call] = [
         ("/api/v1/workspaces/", "get", "/api/v1/workspaces/", None, 200),
         ("/api/v1/workspaces/", "post", "/api/v1/workspaces/", {"slug": "beta", "name": "Beta"}, 201),
     ]
@@ -162,13 +177,7 @@ def test_every_memory_endpoint_returns_exactly_what_it_documents(
         ),
         ("/api/v1/workspaces/{ws}/memories/{memory_id}/", "delete", f"{base}memories/{two}/", None, 200),
     ]
-    problems: list[str] = []
-    for documented_path, method, real_path, body, code in calls:
-        response = getattr(api, method)(real_path, body, format="json") if body else getattr(api, method)(real_path)
-        assert response.status_code == code, (method, real_path, response.content)
-        node = _response_schema(schema, documented_path, method, code)
-        problems += _mismatches(schema, node, response.json(), f"{method.upper()} {documented_path}")
-    assert problems == [], "\n".join(problems)
+    _assert_documented(schema, api, calls)
 
 
 def test_the_documented_inputs_are_the_fields_the_api_accepts(schema: dict[str, Any]) -> None:
@@ -192,7 +201,7 @@ def test_every_surfacing_endpoint_returns_exactly_what_it_documents(
     one, two = decision.json()["id"], reason.json()["id"]
     api.post(base + "edges/", {"source": one, "target": two, "type": "RELATED"}, format="json")
     question = {"session_id": "s1", "query": "why did we pick JWT?", "k": 1, "explain": True}
-    calls: list[tuple[str, str, str, dict[str, Any] | None, int]] = [
+    calls: list[Call] = [
         (
             "/api/v1/workspaces/{ws}/sessions/{sid}/pins/{memory_id}/",
             "put",
@@ -212,13 +221,7 @@ def test_every_surfacing_endpoint_returns_exactly_what_it_documents(
             200,
         ),
     ]
-    problems: list[str] = []
-    for documented_path, method, real_path, body, code in calls:
-        response = getattr(api, method)(real_path, body, format="json") if body else getattr(api, method)(real_path)
-        assert response.status_code == code, (method, real_path, response.content)
-        node = _response_schema(schema, documented_path, method, code)
-        problems += _mismatches(schema, node, response.json(), f"{method.upper()} {documented_path}")
-    assert problems == [], "\n".join(problems)
+    _assert_documented(schema, api, calls)
 
 
 def test_the_documented_surfacing_inputs_are_the_fields_the_api_accepts(schema: dict[str, Any]) -> None:
