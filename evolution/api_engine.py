@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import InvalidInput
-from evolution import dream, engine, engine_inputs, engine_selectors, memdir_io
+from evolution import dream, engine, engine_inputs, engine_selectors, memdir_export, memdir_import
 from evolution.api_proposals import proposal_json
 from evolution.models import DreamReport, Outcome
 from memories import selectors
@@ -284,10 +284,10 @@ class ExportApi(APIView):
         fmt = request.query_params.get("format") or "zip"
         if fmt not in ("zip", "json"):
             raise InvalidInput(f"format: {fmt!r} is not one of zip, json", field="format")
-        files = memdir_io.memdir_export(workspace=access.workspace)
+        files = memdir_export.memdir_export(workspace=access.workspace)
         if fmt == "json":
             return Response({"files": files})
-        response = HttpResponse(memdir_io.memdir_zip(files), content_type="application/zip")
+        response = HttpResponse(memdir_export.memdir_zip(files), content_type="application/zip")
         response["Content-Disposition"] = f'attachment; filename="memory-evolution-{access.workspace.slug}.zip"'
         return response
 
@@ -314,12 +314,12 @@ class ImportApi(APIView):
                 upload = request.FILES.get("file")
                 if upload is None:
                     raise InvalidInput("file: attach the directory as a zip in the field 'file'", field="file")
-                if upload.size is not None and upload.size > memdir_io.MAX_ZIP_BYTES:
+                if upload.size is not None and upload.size > memdir_import.MAX_ZIP_BYTES:
                     raise InvalidInput("file: larger than 20 MB", field="file")
-                files = memdir_io.memdir_files_from_zip(upload.read())
+                files = memdir_import.memdir_files_from_zip(upload.read())
             else:
-                files = memdir_io.memdir_files_from_json(request.data)
-            summary = memdir_io.memdir_import(workspace=access.workspace, files=files, actor=request.user)
-        except memdir_io.DirectoryInvalid as exc:
+                files = memdir_import.memdir_files_from_json(request.data)
+            summary = memdir_import.memdir_import(workspace=access.workspace, files=files, actor=request.user)
+        except memdir_import.DirectoryInvalid as exc:
             return error_response(exc.code, exc.problems_json(), status.HTTP_400_BAD_REQUEST, "files")
         return Response(summary.as_json(), status=status.HTTP_201_CREATED)

@@ -38,7 +38,8 @@ from evolution import (
     engine,
     engine_inputs,
     engine_selectors,
-    memdir_io,
+    memdir_export,
+    memdir_import,
     merges,
     page_selectors,
     proposals,
@@ -1249,8 +1250,8 @@ def dream_report(request: HttpRequest, ws: str, report_id: int) -> HttpResponse:
 @domain_errors
 def engine_export(request: HttpRequest, ws: str) -> HttpResponse:
     access = _access(request, ws)
-    files = memdir_io.memdir_export(workspace=access.workspace)
-    response = HttpResponse(memdir_io.memdir_zip(files), content_type="application/zip")
+    files = memdir_export.memdir_export(workspace=access.workspace)
+    response = HttpResponse(memdir_export.memdir_zip(files), content_type="application/zip")
     response["Content-Disposition"] = f'attachment; filename="memory-evolution-{access.workspace.slug}.zip"'
     return response
 
@@ -1266,11 +1267,11 @@ def engine_import(request: HttpRequest, ws: str) -> HttpResponse:
         return _engine_page(request, access, 400, import_form=form)
     upload = form.cleaned_data["file"]
     try:
-        if upload.size is not None and upload.size > memdir_io.MAX_ZIP_BYTES:
-            raise InvalidInput(f"file: larger than {memdir_io.MAX_ZIP_BYTES // (1024 * 1024)} MB", field="file")
-        files = memdir_io.memdir_files_from_zip(upload.read())
-        summary = memdir_io.memdir_import(workspace=access.workspace, files=files, actor=request.user)
-    except memdir_io.DirectoryInvalid as exc:
+        if upload.size is not None and upload.size > memdir_import.MAX_ZIP_BYTES:
+            raise InvalidInput(f"file: larger than {memdir_import.MAX_ZIP_BYTES // (1024 * 1024)} MB", field="file")
+        files = memdir_import.memdir_files_from_zip(upload.read())
+        summary = memdir_import.memdir_import(workspace=access.workspace, files=files, actor=request.user)
+    except memdir_import.DirectoryInvalid as exc:
         return _engine_page(request, access, 400, import_form=form, import_problems=list(exc.problems))
     except InvalidInput as exc:
         form.add_error("file", exc.detail.removeprefix("file: "))

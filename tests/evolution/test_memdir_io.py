@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.errors import InvalidInput
-from evolution import dream, engine, engine_inputs, memdir_io, proposals
+from evolution import dream, engine, engine_inputs, memdir_common, memdir_export, memdir_import, proposals
 from evolution.algorithms import memdir
 from evolution.models import Outcome, Proposal, ProposalStatus
 from history.models import Action, EvolutionRecord
@@ -142,10 +142,10 @@ def rich_history(ws: Workspace, user: Any) -> None:
 
 
 def round_trip(source: Workspace, user: Any) -> tuple[dict[str, str], dict[str, str], Workspace]:
-    first = memdir_io.memdir_export(workspace=source, now=EXPORT_AT)
+    first = memdir_export.memdir_export(workspace=source, now=EXPORT_AT)
     target = new_workspace(user)
-    memdir_io.memdir_import(workspace=target, files=first, actor=user, now=EXPORT_AT)
-    second = memdir_io.memdir_export(workspace=target, now=EXPORT_AT)
+    memdir_import.memdir_import(workspace=target, files=first, actor=user, now=EXPORT_AT)
+    second = memdir_export.memdir_export(workspace=target, now=EXPORT_AT)
     return first, second, target
 
 
@@ -154,7 +154,7 @@ def round_trip(source: Workspace, user: Any) -> tuple[dict[str, str], dict[str, 
 
 def test_export_maps_every_part_of_the_workspace_to_the_layout(workspace: Workspace, user: Any) -> None:
     rich_history(workspace, user)
-    files = memdir_io.memdir_export(workspace=workspace, now=EXPORT_AT)
+    files = memdir_export.memdir_export(workspace=workspace, now=EXPORT_AT)
     assert {
         "hot/memory.md",
         "hot/corrections.md",
@@ -219,7 +219,7 @@ def test_export_then_import_into_a_new_workspace_then_export_is_byte_for_byte_th
 
     assert shape(target) == [s for s in shape(workspace) if s[2] != "superseded"]
     assert Outcome.objects.filter(workspace=target).count() == Outcome.objects.filter(workspace=workspace).count()
-    assert memdir_io.memdir_zip(second) == memdir_io.memdir_zip(first)
+    assert memdir_export.memdir_zip(second) == memdir_export.memdir_zip(first)
 
 
 TEXTS = ["Use the asar whitelist", "a, b; c", "Ünïcödé rule — ok", "multi\nline  text", "tag <!-- x", "x"]
@@ -303,12 +303,12 @@ def test_a_malformed_directory_reports_every_problem_with_file_and_line_and_impo
         "notes.txt": "hello\n",
     }
     before = (Memory.objects.count(), Outcome.objects.count(), Proposal.objects.count())
-    with pytest.raises(memdir_io.DirectoryInvalid) as caught:
-        memdir_io.memdir_import(workspace=workspace, files=files, actor=user)
+    with pytest.raises(memdir_import.DirectoryInvalid) as caught:
+        memdir_import.memdir_import(workspace=workspace, files=files, actor=user)
     found = {(p["file"], p["line"]) for p in caught.value.problems_json()}
     assert found == {("hot/memory.md", 4), ("hot/corrections.md", 1), ("engine/sensor.json", 3), ("notes.txt", None)}
     assert (Memory.objects.count(), Outcome.objects.count(), Proposal.objects.count()) == before
-    assert not EvolutionRecord.objects.filter(evolver=memdir_io.LINEAGE_EVOLVER, action=Action.IMPORT).exists()
+    assert not EvolutionRecord.objects.filter(evolver=memdir_common.LINEAGE_EVOLVER, action=Action.IMPORT).exists()
 
 
 def test_workspace_level_problems_are_reported_with_their_line_too(workspace: Workspace, user: Any) -> None:
@@ -349,8 +349,8 @@ def test_workspace_level_problems_are_reported_with_their_line_too(workspace: Wo
             indent=2,
         ),
     }
-    with pytest.raises(memdir_io.DirectoryInvalid) as caught:
-        memdir_io.memdir_import(workspace=workspace, files=files, actor=user)
+    with pytest.raises(memdir_import.DirectoryInvalid) as caught:
+        memdir_import.memdir_import(workspace=workspace, files=files, actor=user)
     problems = caught.value.problems_json()
     assert {"file": "engine/decay-scores.json", "line": 4, "message": pytest.approx} != problems[0]
     assert [(p["file"], p["line"]) for p in problems] == [("engine/sensor.json", 4), ("engine/decay-scores.json", 4)]
@@ -368,7 +368,7 @@ def test_a_hand_written_directory_imports_into_the_right_types_and_tiers(workspa
         "reflections/log.md": "## 2026-01-03\nCONTEXT: Electron packaging\n"
         "REFLECTION: adm-zip needs a separate include\nLESSON: Always check asarUnpack\n",
     }
-    summary = memdir_io.memdir_import(workspace=workspace, files=files, actor=user, now=NOW)
+    summary = memdir_import.memdir_import(workspace=workspace, files=files, actor=user, now=NOW)
     assert summary.created == {"proposals": 0, "outcomes": 0, "corrections": 1, "reflections": 1, "rules": 4}
     rows = {m.content: m for m in Memory.objects.filter(workspace=workspace)}
     assert (rows["Answer briefly"].tier, rows["Answer briefly"].metadata["memdir"]["section"]) == ("hot", "Style")
@@ -384,22 +384,22 @@ def test_a_hand_written_directory_imports_into_the_right_types_and_tiers(workspa
     assert correction.created_at == datetime(2026, 1, 2, tzinfo=UTC)
     reflection = next(m for m in rows.values() if m.memory_type == "reflection")
     assert reflection.metadata["reflection"]["lesson"] == "Always check asarUnpack"
-    files_out = memdir_io.memdir_export(workspace=workspace, now=NOW)
+    files_out = memdir_export.memdir_export(workspace=workspace, now=NOW)
     assert "## Style\n\n- Answer briefly <!-- id: R-" in files_out["hot/memory.md"]
     assert "- Deploy with make deploy <!--" in files_out["warm/projects/site.md"]
 
 
 def test_importing_the_same_directory_twice_adds_nothing_the_second_time(workspace: Workspace, user: Any) -> None:
     rich_history(workspace, user)
-    files = memdir_io.memdir_export(workspace=workspace, now=EXPORT_AT)
+    files = memdir_export.memdir_export(workspace=workspace, now=EXPORT_AT)
     target = new_workspace(user)
-    first = memdir_io.memdir_import(workspace=target, files=files, actor=user, now=EXPORT_AT)
+    first = memdir_import.memdir_import(workspace=target, files=files, actor=user, now=EXPORT_AT)
     counts = (Memory.objects.filter(workspace=target).count(), Outcome.objects.filter(workspace=target).count())
-    second = memdir_io.memdir_import(workspace=target, files=files, actor=user, now=EXPORT_AT)
+    second = memdir_import.memdir_import(workspace=target, files=files, actor=user, now=EXPORT_AT)
     assert set(second.created.values()) == {0}
     assert second.skipped == {k: v for k, v in first.created.items()}
     assert (Memory.objects.filter(workspace=target).count(), Outcome.objects.filter(workspace=target).count()) == counts
-    assert memdir_io.memdir_export(workspace=target, now=EXPORT_AT) == files
+    assert memdir_export.memdir_export(workspace=target, now=EXPORT_AT) == files
 
 
 def test_an_imported_correction_wins_over_the_memories_of_its_topic(
@@ -410,7 +410,7 @@ def test_an_imported_correction_wins_over_the_memories_of_its_topic(
         "hot/corrections.md": "## 2026-01-02 — editor\n**What I did wrong**: used vim\n"
         "**What I should do**: use emacs\n**Context**: editing\n",
     }
-    memdir_io.memdir_import(workspace=workspace, files=files, actor=user)
+    memdir_import.memdir_import(workspace=workspace, files=files, actor=user)
     assert Memory.objects.get(id=preference.id).content == "use emacs"
 
 
@@ -440,26 +440,26 @@ def test_a_zip_is_read_from_inside_its_folder_skipping_hidden_files() -> None:
             "__MACOSX/memory-evolution/._x": b"\x00",
         }
     )
-    assert memdir_io.memdir_files_from_zip(data) == {"hot/memory.md": "- a\n"}
+    assert memdir_import.memdir_files_from_zip(data) == {"hot/memory.md": "- a\n"}
 
 
 def test_the_export_zip_is_stable_and_reads_back() -> None:
     files = {"meta.json": '{"version": 1}\n', "hot/memory.md": "- a\n"}
-    first = memdir_io.memdir_zip(files)
-    assert first == memdir_io.memdir_zip(dict(reversed(list(files.items()))))
-    assert memdir_io.memdir_files_from_zip(first) == files
+    first = memdir_export.memdir_zip(files)
+    assert first == memdir_export.memdir_zip(dict(reversed(list(files.items()))))
+    assert memdir_import.memdir_files_from_zip(first) == files
 
 
 def test_bad_uploads_are_refused_naming_the_file_and_line() -> None:
     with pytest.raises(InvalidInput) as bad_zip:
-        memdir_io.memdir_files_from_zip(b"not a zip")
+        memdir_import.memdir_files_from_zip(b"not a zip")
     assert bad_zip.value.field == "file"
-    with pytest.raises(memdir_io.DirectoryInvalid) as caught:
-        memdir_io.memdir_files_from_zip(zip_of({"hot/memory.md": b"- ok\n- caf\xe9\n", "../evil.md": b"x"}))
+    with pytest.raises(memdir_import.DirectoryInvalid) as caught:
+        memdir_import.memdir_files_from_zip(zip_of({"hot/memory.md": b"- ok\n- caf\xe9\n", "../evil.md": b"x"}))
     assert {(p.file, p.line) for p in caught.value.problems} == {("hot/memory.md", 2), ("../evil.md", None)}
     with pytest.raises(InvalidInput) as not_text:
-        memdir_io.memdir_files_from_json({"files": {"hot/memory.md": 3}})
+        memdir_import.memdir_files_from_json({"files": {"hot/memory.md": 3}})
     assert not_text.value.field == "files.hot/memory.md"
     with pytest.raises(InvalidInput) as unknown:
-        memdir_io.memdir_files_from_json({"files": {"a": "b"}, "mode": "merge"})
+        memdir_import.memdir_files_from_json({"files": {"a": "b"}, "mode": "merge"})
     assert unknown.value.field == "mode"

@@ -19,7 +19,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.utils import timezone
 
-from evolution import curation, engine, engine_inputs, memdir_io, proposals, services
+from evolution import curation, engine, engine_inputs, memdir_export, proposals, services
 from evolution.consumers import RunProgressConsumer
 from evolution.models import DreamReport, EvolutionRun, Outcome, Proposal, ProposalKind, ProposalStatus, RunStatus
 from evolution.runner import PROGRESS_EVENT
@@ -775,7 +775,7 @@ def test_a_malformed_import_lists_every_problem_with_file_and_line_and_imports_n
     browser: Client, workspace: Workspace
 ) -> None:
     files = {"hot/memory.md": "# Hot memory\n\n- fine\n### too deep\n", "engine/sensor.json": "{not json"}
-    upload = io.BytesIO(memdir_io.memdir_zip(files))
+    upload = io.BytesIO(memdir_export.memdir_zip(files))
     upload.name = "bad.zip"
     response = browser.post(BASE + "/engine/import/", {"file": upload})
     assert response.status_code == 400

@@ -6,7 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.errors import DomainError
-from evolution import memdir_io, selectors
+from evolution import memdir_export, selectors
 from evolution.algorithms.memdir import write_tree
 
 
@@ -34,7 +34,7 @@ class Command(BaseCommand):
             raise CommandError(f"{target} is not empty; choose a new directory or pass --force")
         try:
             workspace = selectors.workspace_by_slug(slug=options["workspace"])
-            files = memdir_io.memdir_export(workspace=workspace)
+            files = memdir_export.memdir_export(workspace=workspace)
         except DomainError as exc:
             raise CommandError(exc.detail) from None
         write_tree(target, files)

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from core.errors import DomainError
-from evolution import memdir_io
+from evolution import memdir_import
 from evolution.algorithms.memdir import MemdirError, read_tree
 from memories.models import Workspace
 from memories.services import workspace_create
@@ -46,8 +46,8 @@ class Command(BaseCommand):
                 if workspace is None:
                     workspace = self._create(slug, options["create_owner"])
                     created = True
-                summary = memdir_io.memdir_import(workspace=workspace, files=files, actor=None)
-        except memdir_io.DirectoryInvalid as exc:
+                summary = memdir_import.memdir_import(workspace=workspace, files=files, actor=None)
+        except memdir_import.DirectoryInvalid as exc:
             self._problems([str(p) for p in exc.problems])
         except DomainError as exc:
             raise CommandError(exc.detail) from None

@@ -1,25 +1,4 @@
-"""Export a workspace to the memory-evolution directory (docs/engine.md), and import such a directory.
-
-The layout and its file formats are ``evolution.algorithms.memdir`` (parse and render); this module maps
-them to the workspace:
-
-* rules (``hot/memory.md``, ``warm/projects/*.md``, ``warm/domains/*.md``, ``cold/archive/*.md``) are the
-  memories of type ``strategy`` that are active (by tier) or archived (always ``cold/archive``): origin
-  ``engine:`` is ``origin: engine``, anything else a manual rule. A warm rule without a place of its own goes
-  to ``warm/domains/<its task type or subject>.md`` (``general`` when it has neither); an approved strategy's
-  section is its task type; ``source`` names the proposal it came from;
-* ``hot/corrections.md``: the corrections in force (active memories of type ``correction``; one superseded
-  by a later correction of its topic stays in the site's history only), in the order written;
-  ``reflections/log.md``: active reflections, newest first;
-* ``proposals/pending.md`` and ``engine/evo_devo.json``: every proposal of kind ``strategy`` whatever its
-  status (a vetoed one with its reasons); other kinds belong to the site's review queue only;
-* ``engine/sensor.json``: every outcome in recorded order (ids S-0001...; decisions on strategies included);
-  ``engine/world_model.json`` is derived from it;
-* ``engine/decay-scores.json``: base, access count, last access and the uses of the last 7 days of every
-  exported rule (keyed by rule id) and active correction (keyed ``correction:<date>#<n>``, n counting that
-  day's corrections in file order), with the relevance at the export time;
-* ``meta.json``: the export time, and the workspace the directory's history started in (a workspace made by
-  an import keeps naming the workspace it came from, so export -> import -> export is byte for byte the same).
+"""Import a memory-evolution directory (docs/engine.md) into a workspace, from a zip or JSON upload.
 
 Import parses every file first and checks what the workspace mapping needs on top (decay keys that name
 nothing, values longer than the database allows); any problem raises ``DirectoryInvalid`` listing every
@@ -27,6 +6,8 @@ problem with its file and line, and nothing is written. A valid directory is imp
 and merged: entries the workspace already holds (same proposal key, same sensor record, same rule id,
 same correction or reflection) are skipped, so importing twice adds nothing. Corrections are written
 before rules and go through the write-time policy, so they win their topic as when they were recorded.
+
+Where each file's entries go is the mapping ``evolution.memdir_export`` writes, read the other way.
 """
 
 from __future__ import annotations
@@ -40,20 +21,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
 from pathlib import PurePosixPath
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.utils import timezone
 
 from core.errors import DomainError, InvalidInput
-from evolution import dream
-from evolution.algorithms import memdir, tiers
+from evolution.algorithms import memdir
 from evolution.algorithms.engine import strategy_key
 from evolution.engine import ENGINE_ORIGIN
 from evolution.engine_inputs import (
-    DEFAULT_APPROACH,
-    DEFAULT_TOPIC,
     MAX_APPROACH,
     MAX_TASK_TYPE,
     MAX_TOPIC,
@@ -63,10 +41,11 @@ from evolution.engine_inputs import (
     one_line,
     reflection_memory_input,
 )
-from evolution.engine_selectors import outcomes_in_order, reflection_fields, sensor_id
-from evolution.models import Outcome, OutcomeResult, Proposal, ProposalKind, ProposalStatus
+from evolution.engine_selectors import reflection_fields
+from evolution.memdir_common import LINEAGE_EVOLVER, correction_keys, meta_section, text_field, utc_day
+from evolution.models import Outcome, Proposal, ProposalKind, ProposalStatus
 from history import audit
-from history.models import Action, EvolutionRecord
+from history.models import Action
 from memories.inputs import MAX_CONTENT_CHARS, MemoryInput
 from memories.models import Memory, MemoryType, Status, Tier, Workspace
 from memories.services import memories_create
@@ -74,9 +53,6 @@ from memories.services import memories_create
 User = AbstractBaseUser | AnonymousUser
 
 IMPORT_ORIGIN: Final = "import:memory-evolution"
-LINEAGE_EVOLVER: Final = "memdir"
-"""Evolver name of the import record that keeps a workspace's lineage (the first import names its origin)."""
-ZIP_ROOT: Final = "memory-evolution/"
 MAX_ZIP_BYTES: Final = 20 * 1024 * 1024
 MAX_FILES: Final = 2000
 MAX_FILE_BYTES: Final = 5 * 1024 * 1024
@@ -86,15 +62,7 @@ MAX_KEY: Final = 200
 # Top-level names of the layout: an archive whose files all sit in one folder of another name (a zipped
 # ~/memory-evolution) is read from inside that folder.
 _LAYOUT_TOPS: Final = frozenset({"hot", "warm", "cold", "engine", "proposals", "reflections", "meta.json"})
-_ZIP_TIME: Final = (1980, 1, 1, 0, 0, 0)
 
-_STRATEGY_STATUS: Final[Mapping[str, memdir.StrategyStatus]] = {
-    ProposalStatus.PENDING: "proposed",
-    ProposalStatus.APPROVED: "approved",
-    ProposalStatus.MODIFIED: "approved",
-    ProposalStatus.REJECTED: "rejected",
-    ProposalStatus.VETOED: "vetoed",
-}
 _FROM_STRATEGY_STATUS: Final[Mapping[str, str]] = {
     "proposed": ProposalStatus.PENDING,
     "approved": ProposalStatus.APPROVED,
@@ -121,323 +89,6 @@ class DirectoryInvalid(DomainError):
 
 def _midnight(day: date) -> datetime:
     return datetime.combine(day, time(), tzinfo=UTC)
-
-
-def _day(moment: datetime) -> date:
-    return moment.astimezone(UTC).date()
-
-
-def _meta(memory: Memory, key: str) -> dict[str, Any]:
-    value = memory.metadata.get(key) if isinstance(memory.metadata, dict) else None
-    return value if isinstance(value, dict) else {}
-
-
-def _seq(memory: Memory) -> int:
-    seq = _meta(memory, "memdir").get("seq")
-    return seq if isinstance(seq, int) and not isinstance(seq, bool) else 0
-
-
-def _token(value: object) -> str | None:
-    return value if isinstance(value, str) and memdir._TOKEN_RE.fullmatch(value) else None
-
-
-def _topic_of(text: str) -> str:
-    """A file-name topic from free text: letters, digits and ``_ . -``; ``general`` when nothing is left."""
-    slug = "".join(c if c.isascii() and (c.isalnum() or c in "_.-") else "-" for c in one_line(text).lower())
-    slug = "-".join(part for part in slug.split("-") if part).lstrip("._-")
-    return slug[:80] if slug and memdir._TOPIC_RE.fullmatch(slug[:80]) else DEFAULT_TOPIC
-
-
-def _rule_text(text: str) -> str:
-    # The bullet's metadata comment starts with "<!--"; a rule may not contain it.
-    return one_line(text).replace("<!--", "< !--") or "(empty)"
-
-
-# ------------------------------------------------------------------------------------------------- export
-
-
-def _proposal_ids(rows: Sequence[Proposal]) -> dict[int, str]:
-    """``P-NNN`` of every strategy proposal: the id an import gave it when still unique, else the next free
-    numbers in creation order."""
-    ids: dict[int, str] = {}
-    taken: set[str] = set()
-    for p in rows:
-        stored = p.payload.get("memdir_id") if isinstance(p.payload, dict) else None
-        if isinstance(stored, str) and memdir._PROPOSAL_ID_RE.fullmatch(stored) and stored not in taken:
-            ids[p.pk] = stored
-            taken.add(stored)
-    number = max((int(i[2:]) for i in taken), default=0)
-    for p in rows:
-        if p.pk not in ids:
-            number += 1
-            ids[p.pk] = f"P-{number:03d}"
-    return ids
-
-
-def _text_field(payload: Mapping[str, Any], key: str) -> str:
-    value = payload.get(key)
-    return one_line(value) if isinstance(value, str) else ""
-
-
-def _evidence(payload: Mapping[str, Any]) -> tuple[str, ...]:
-    raw = payload.get("evidence")
-    if not isinstance(raw, list):
-        return ()
-    refs = (one_line(r).replace(",", ";") for r in raw if isinstance(r, str))
-    return tuple(r for r in refs if r)
-
-
-def _weight(payload: Mapping[str, Any]) -> float:
-    w = payload.get("weight", 0.5)
-    if isinstance(w, bool) or not isinstance(w, int | float):
-        return 0.5
-    return min(1.0, max(0.0, float(w)))
-
-
-def _proposal_entries(
-    rows: Sequence[Proposal], ids: Mapping[int, str]
-) -> tuple[list[memdir.ProposalEntry], list[memdir.StrategyRecord]]:
-    entries: list[memdir.ProposalEntry] = []
-    strategies: list[memdir.StrategyRecord] = []
-    keys: set[str] = set()
-    for p in rows:
-        payload = p.payload if isinstance(p.payload, dict) else {}
-        title = one_line(p.title) or _text_field(payload, "rule") or "strategy"
-        rule = _text_field(payload, "rule") or title
-        task_type = _text_field(payload, "task_type") or None
-        key = _token(p.dedupe_key)
-        status = p.status if p.status in _STRATEGY_STATUS else ProposalStatus.PENDING
-        decided = _day(p.decided_at) if status != ProposalStatus.PENDING and p.decided_at else None
-        entries.append(
-            memdir.ProposalEntry(
-                id=ids[p.pk],
-                title=title,
-                status=cast(memdir.ProposalStatus, status),
-                rule=rule,
-                weight=_weight(payload),
-                created=_day(p.created_at),
-                key=key,
-                task_type=task_type,
-                evidence=_evidence(payload),
-                decided=decided,
-                reason=one_line(p.decision_reason) or None,
-            )
-        )
-        if key is not None and key not in keys:
-            keys.add(key)
-            strategies.append(
-                memdir.StrategyRecord(
-                    key=key,
-                    title=title,
-                    rule=rule,
-                    weight=_weight(payload),
-                    status=_STRATEGY_STATUS[status],
-                    created_at=p.created_at,
-                    task_type=task_type,
-                    evidence=_evidence(payload),
-                    proposal_id=ids[p.pk],
-                )
-            )
-    return entries, strategies
-
-
-def _in_order(rows: Iterable[Memory]) -> list[Memory]:
-    """Memories in the order written: creation time, then an import's file position, then id."""
-    return sorted(rows, key=lambda m: (m.created_at, _seq(m), str(m.id)))
-
-
-def _rule_of(memory: Memory, ids: Mapping[int, str], used_ids: set[str]) -> memdir.Rule:
-    place = _meta(memory, "memdir")
-    strat = _meta(memory, "strategy")
-    task_type = strat.get("task_type") if isinstance(strat.get("task_type"), str) else ""
-    stored_area = place.get("area")
-    stored_topic = place.get("topic")
-    area: memdir.Area
-    topic = ""
-    if memory.status == Status.ARCHIVED or memory.tier == Tier.COLD:
-        area = "archive"
-    elif memory.tier == Tier.HOT:
-        area = "hot"
-    elif stored_area in ("project", "domain"):
-        area = "project" if stored_area == "project" else "domain"
-    else:
-        area = "domain"
-    if area != "hot":
-        keeps = stored_area == area and isinstance(stored_topic, str) and memdir._TOPIC_RE.fullmatch(stored_topic)
-        topic = str(stored_topic) if keeps else _topic_of(str(task_type) or memory.subject)
-    section = one_line(place["section"]) if isinstance(place.get("section"), str) else one_line(str(task_type))
-    rule_id = _token(place.get("id"))
-    if rule_id is None or rule_id in used_ids:
-        rule_id = f"R-{memory.id.hex[:12]}"
-        if rule_id in used_ids:
-            rule_id = f"R-{memory.id.hex}"
-    used_ids.add(rule_id)
-    added: date | None = _day(memory.created_at)
-    if "added" in place:
-        raw = place["added"]
-        added = date.fromisoformat(raw) if isinstance(raw, str) and memdir._DATE_RE.fullmatch(raw) else None
-    proposal_pk = strat.get("proposal_id")
-    source = ids.get(proposal_pk) if isinstance(proposal_pk, int) else None
-    return memdir.Rule(
-        area=area,
-        topic=topic,
-        text=_rule_text(memory.content),
-        section=section,
-        id=rule_id,
-        added=added,
-        origin="engine" if memory.origin_tier == 3 else "manual",
-        source=source or _token(place.get("source")),
-    )
-
-
-def _correction_of(memory: Memory) -> memdir.Correction:
-    meta = _meta(memory, "correction")
-    return memdir.Correction(
-        date=_day(memory.created_at),
-        topic=_text_field(meta, "topic") or one_line(memory.subject) or DEFAULT_TOPIC,
-        wrong=_text_field(meta, "what_i_did_wrong") or "(not recorded)",
-        should=_text_field(meta, "what_i_should_do") or one_line(memory.content) or "(not recorded)",
-        context=_text_field(meta, "context") or "(not recorded)",
-    )
-
-
-def _reflection_of(memory: Memory) -> memdir.Reflection:
-    meta = reflection_fields(memory) or {}
-    content = one_line(memory.content) or "(empty)"
-    topic = meta.get("topic")
-    return memdir.Reflection(
-        date=_day(memory.created_at),
-        context=_text_field(meta, "context") or one_line(memory.subject) or DEFAULT_TOPIC,
-        reflection=_text_field(meta, "reflection") or content,
-        lesson=_text_field(meta, "lesson") or content,
-        topic=one_line(topic) if isinstance(topic, str) and one_line(topic) else None,
-    )
-
-
-def correction_keys(corrections: Sequence[memdir.Correction]) -> list[str]:
-    """``correction:<date>#<n>`` of each correction, n counting that day's corrections in order from 1."""
-    seen: dict[date, int] = {}
-    keys: list[str] = []
-    for c in corrections:
-        seen[c.date] = seen.get(c.date, 0) + 1
-        keys.append(f"correction:{c.date.isoformat()}#{seen[c.date]}")
-    return keys
-
-
-def _lineage(workspace: Workspace) -> str:
-    first = (
-        EvolutionRecord.objects.filter(workspace=workspace, evolver=LINEAGE_EVOLVER, action=Action.IMPORT)
-        .order_by("timestamp", "pk")
-        .first()
-    )
-    lineage = first.after.get(audit.LINEAGE) if first is not None else None
-    origin = lineage.get("origin") if isinstance(lineage, dict) else None
-    return origin if isinstance(origin, str) and one_line(origin) == origin and origin else workspace.slug
-
-
-def memdir_snapshot(*, workspace: Workspace, now: datetime | None = None) -> memdir.MemoryDirectory:
-    """The workspace as a ``MemoryDirectory`` at ``now`` (the export time and the decay scores' time)."""
-    now = now or timezone.now()
-    strategy_rows = list(
-        Proposal.objects.filter(workspace=workspace, kind=ProposalKind.STRATEGY).order_by("created_at", "pk")
-    )
-    ids = _proposal_ids(strategy_rows)
-    entries, strategies = _proposal_entries(strategy_rows, ids)
-
-    rule_rows = _in_order(
-        Memory.objects.filter(
-            workspace=workspace, memory_type=MemoryType.STRATEGY, status__in=[Status.ACTIVE, Status.ARCHIVED]
-        )
-    )
-    used: set[str] = set()
-    rules = [_rule_of(m, ids, used) for m in rule_rows]
-
-    correction_rows = _in_order(
-        Memory.objects.filter(workspace=workspace, memory_type=MemoryType.CORRECTION, status=Status.ACTIVE)
-    )
-    corrections = [_correction_of(m) for m in correction_rows]
-
-    reflection_rows = sorted(
-        Memory.objects.filter(workspace=workspace, memory_type=MemoryType.REFLECTION, status=Status.ACTIVE),
-        key=lambda m: (_seq(m), str(m.id)),
-    )
-    # Newest first; an import's same-day entries (all at midnight) keep their file order (stable sort).
-    reflection_rows.sort(key=lambda m: m.created_at, reverse=True)
-    reflections = [_reflection_of(m) for m in reflection_rows]
-
-    sensor = [
-        memdir.SensorRecord(
-            id=sensor_id(i),
-            task_type=one_line(o.task_type) or "unknown",
-            approach=one_line(o.approach) or DEFAULT_APPROACH,
-            result="success" if o.result == OutcomeResult.SUCCESS else "fail",
-            at=o.created_at,
-            lesson=o.lesson,
-            issue=o.issue,
-            solution=o.solution,
-        )
-        for i, o in enumerate(outcomes_in_order(workspace=workspace))
-    ]
-
-    tracked: list[tuple[str, Memory, tiers.Tier]] = [
-        (rule.id or "", m, rule.tier) for rule, m in zip(rules, rule_rows, strict=True)
-    ]
-    tracked += [
-        (key, m, tiers.Tier(m.tier)) for key, m in zip(correction_keys(corrections), correction_rows, strict=True)
-    ]
-    decay_scores = _decay_scores(workspace, tracked, now)
-    return memdir.MemoryDirectory(
-        rules=tuple(rules),
-        corrections=tuple(corrections),
-        reflections=tuple(reflections),
-        proposals=tuple(entries),
-        sensor=tuple(sensor),
-        strategies=tuple(strategies),
-        decay_scores=tuple(decay_scores),
-        meta=memdir.Meta(exported_at=now, workspace=_lineage(workspace)),
-    )
-
-
-def _decay_scores(
-    workspace: Workspace, tracked: Sequence[tuple[str, Memory, tiers.Tier]], now: datetime
-) -> list[memdir.DecayScore]:
-    if not tracked:
-        return []
-    uses = dream.recent_uses(workspace=workspace, memories=[m for _, m, _ in tracked], now=now)
-    items = [dream.tier_item(m, uses[m.id], key=key, tier=tier.value) for key, m, tier in tracked]
-    scores = tiers.scores(items, now).tolist()
-    return [
-        memdir.DecayScore(
-            key=item.key,
-            tier=item.tier,
-            kind=item.kind,
-            base=item.base,
-            access_count=item.access_count,
-            last_access=item.last_access,
-            score=float(score),
-            scored_at=now,
-            is_correction=item.is_correction,
-            recent_uses=tuple(uses[m.id]),
-        )
-        for item, score, (_, m, _) in zip(items, scores, tracked, strict=True)
-    ]
-
-
-def memdir_export(*, workspace: Workspace, now: datetime | None = None) -> dict[str, str]:
-    """The workspace rendered as ``{relative path: text}`` (``memdir.render_directory``)."""
-    return memdir.render_directory(memdir_snapshot(workspace=workspace, now=now))
-
-
-def memdir_zip(files: Mapping[str, str], *, root: str = ZIP_ROOT) -> bytes:
-    """A zip of ``files`` under ``root``; the same files give the same bytes (fixed times, sorted names)."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(files):
-            info = zipfile.ZipInfo(root + path, date_time=_ZIP_TIME)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            archive.writestr(info, files[path].encode("utf-8"))
-    return buffer.getvalue()
 
 
 # --------------------------------------------------------------------------------------- reading uploads
@@ -755,7 +406,7 @@ def _import(workspace: Workspace, d: memdir.MemoryDirectory, actor: User | None,
     # Corrections before rules: they win their topic now as they did when recorded, and a rule that
     # outlived a correction in the source was made after it.
     have = Counter(
-        (_day(m.created_at), *(_text_field(_meta(m, "correction"), k) for k in _CORRECTION_KEYS))
+        (utc_day(m.created_at), *(text_field(meta_section(m, "correction"), k) for k in _CORRECTION_KEYS))
         for m in Memory.objects.filter(workspace=workspace, memory_type=MemoryType.CORRECTION)
     )
     for index, (key, c) in enumerate(zip(correction_keys(d.corrections), d.corrections, strict=True)):
@@ -785,7 +436,7 @@ def _import(workspace: Workspace, d: memdir.MemoryDirectory, actor: User | None,
     skipped["corrections"] = len(d.corrections) - n_corrections
 
     have_reflections = Counter(
-        (_day(m.created_at), *(_text_field(reflection_fields(m) or {}, k) for k in _REFLECTION_KEYS))
+        (utc_day(m.created_at), *(text_field(reflection_fields(m) or {}, k) for k in _REFLECTION_KEYS))
         for m in Memory.objects.filter(workspace=workspace, memory_type=MemoryType.REFLECTION)
     )
     n_reflections = 0
@@ -819,7 +470,7 @@ def _import(workspace: Workspace, d: memdir.MemoryDirectory, actor: User | None,
     for m in Memory.objects.filter(workspace=workspace, memory_type=MemoryType.STRATEGY).exclude(
         status=Status.FORGOTTEN
     ):
-        place = _meta(m, "memdir")
+        place = meta_section(m, "memdir")
         if isinstance(place.get("id"), str):
             rule_ids.add(place["id"])
         rule_texts[(one_line(m.content), m.tier)] += 1

@@ -1,0 +1,44 @@
+"""What the export and the import of the memory-evolution directory share: the evolver of the record that
+keeps a workspace's lineage, the UTC day of a moment, a section of a memory's metadata, a one-line text field of
+a payload, and the decay-score keys of corrections (``correction:<date>#<n>``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, date, datetime
+from typing import Any, Final
+
+from evolution.algorithms import memdir
+from evolution.engine_inputs import one_line
+from memories.models import Memory
+
+LINEAGE_EVOLVER: Final = "memdir"
+"""Evolver name of the import record that keeps a workspace's lineage (the first import names its origin)."""
+
+
+def utc_day(moment: datetime) -> date:
+    """The UTC calendar day of ``moment`` (the directory's dates are UTC days)."""
+    return moment.astimezone(UTC).date()
+
+
+def meta_section(memory: Memory, key: str) -> dict[str, Any]:
+    """``memory.metadata[key]`` when it is an object, else an empty dict."""
+    value = memory.metadata.get(key) if isinstance(memory.metadata, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def text_field(payload: Mapping[str, Any], key: str) -> str:
+    """``payload[key]`` on one line when it is a string, else the empty string."""
+    value = payload.get(key)
+    return one_line(value) if isinstance(value, str) else ""
+
+
+def correction_keys(corrections: Sequence[memdir.Correction]) -> list[str]:
+    """``correction:<date>#<n>`` of each correction, n counting that day's corrections in order from 1."""
+    seen: dict[date, int] = {}
+    keys: list[str] = []
+    for c in corrections:
+        seen[c.date] = seen.get(c.date, 0) + 1
+        keys.append(f"correction:{c.date.isoformat()}#{seen[c.date]}")
+    return keys
