@@ -23,6 +23,7 @@ from history.models import EvolutionRecord
 from history.revert import REVERTED_RECORD
 from memories import selectors as memory_selectors
 from memories import services as memory_services
+from memories.inputs import int_param
 from memories.serializers import ErrorOut, iso_z
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
@@ -102,13 +103,7 @@ def run_summary_json(run: EvolutionRun) -> dict[str, Any]:
 
 
 def _int_param(request: Request, name: str) -> int | None:
-    raw = request.query_params.get(name)
-    if raw in (None, ""):
-        return None
-    try:
-        return int(str(raw))
-    except ValueError:
-        raise InvalidInput(f"{name}: expected an integer", field=name) from None
+    return int_param(request.query_params.get(name), name)
 
 
 def _limit(request: Request, default: int) -> int:

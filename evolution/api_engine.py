@@ -14,7 +14,7 @@ from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.negotiation import DefaultContentNegotiation
-from rest_framework.parsers import JSONParser, MultiPartParser
+from rest_framework.parsers import MultiPartParser
 from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -26,6 +26,7 @@ from evolution.api_proposals import proposal_json
 from evolution.models import DreamReport, Outcome
 from memories import selectors
 from memories.api_errors import error_response
+from memories.api_parsers import JSONParser
 from memories.serializers import ErrorOut, MemoryOut, iso_z, memory_json
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}

@@ -67,6 +67,7 @@ from history.revert import revertible
 from memories import selectors as memory_selectors
 from memories import services as memory_services
 from memories.forms import MemoryEditForm
+from memories.inputs import MAX_INT
 from memories.models import EdgeType, Memory, MemoryType, Status
 from memories.selectors import WorkspaceAccess
 from memories.views import Change, domain_errors
@@ -111,10 +112,12 @@ def _partial(request: HttpRequest, template: str, context: dict[str, Any], statu
 
 
 def _int(raw: str | None) -> int:
+    """A page cursor from the query string: garbage, negative or beyond a BIGINT reads as the first page."""
     try:
-        return max(0, int(raw or 0))
+        value = int(raw or 0)
     except ValueError:
         return 0
+    return value if 0 <= value <= MAX_INT else 0
 
 
 def _url(name: str, ws: str, **kwargs: Any) -> str:

@@ -7,6 +7,7 @@ point rejects the same bad input with the same message naming the offending fiel
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,12 @@ MAX_TAG_CHARS = 64
 MAX_METADATA_BYTES = 64 * 1024
 MAX_BULK_ITEMS = 5_000
 MAX_TURNS = 20_000
+MAX_METADATA_DEPTH = 32
+"""Nesting of objects and lists in metadata: deep enough for any real document, shallow enough that no
+encoder or walker down the line (orjson stops at 255) recurses into trouble."""
+MAX_INT = 2**63 - 1
+"""The largest integer a query parameter may hold (a database BIGINT)."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 ORIGIN_PREFIXES_TIER1 = ("user:", "cli:", "api:", "import:")
 
@@ -69,19 +76,32 @@ def origin_tier(origin: str) -> int:
 
 
 def _refuse_nul(value: str, name: str) -> None:
-    # PostgreSQL text and jsonb cannot hold U+0000; refusing it here keeps both backends alike.
+    # PostgreSQL text and jsonb cannot hold U+0000, and no database stores half a UTF-16 pair (a lone
+    # surrogate such as "\ud800", which JSON escapes can spell); refusing both here keeps backends alike.
     if "\x00" in value:
         raise InvalidInput(f"{name}: must not contain the NUL character (U+0000)", field=name)
+    if _SURROGATE.search(value):
+        raise InvalidInput(f"{name}: must be valid Unicode (a lone surrogate is not)", field=name)
 
 
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
+def _check_json_tree(value: Any, name: str) -> None:
+    """Walk a JSON value without recursion: every key and string storable, nesting within
+    MAX_METADATA_DEPTH."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            _refuse_nul(node, name)
+        elif isinstance(node, dict | list):
+            if depth > MAX_METADATA_DEPTH:
+                raise InvalidInput(f"{name}: nested deeper than {MAX_METADATA_DEPTH} levels", field=name)
+            if isinstance(node, dict):
+                for key, child in node.items():
+                    if isinstance(key, str):
+                        _refuse_nul(key, name)
+                    stack.append((child, depth + 1))
+            else:
+                stack.extend((child, depth + 1) for child in node)
 
 
 def _require_mapping(value: Any, name: str) -> Mapping[str, Any]:
@@ -108,11 +128,15 @@ def _string(data: Mapping[str, Any], key: str, prefix: str, *, max_len: int, req
 
 
 def parse_when(value: Any, name: str) -> datetime | None:
+    """An ISO 8601 date-time as an aware UTC datetime (naive text counts as UTC); None for null or "".
+
+    A time the database cannot hold (past year 9999 once moved to UTC, say "9999-12-31T23:59:59-14:00")
+    is refused naming the field, like one that does not parse."""
     if value is None or value == "":
         return None
     if isinstance(value, datetime):
         parsed: datetime | None = value
-    elif isinstance(value, str):
+    elif isinstance(value, str) and len(value) <= 64:
         try:
             parsed = parse_datetime(value)
         except ValueError:
@@ -123,7 +147,23 @@ def parse_when(value: Any, name: str) -> datetime | None:
         raise InvalidInput(f"{name}: expected an ISO 8601 date-time such as 2026-01-31T09:00:00Z", field=name)
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInput(f"{name}: out of range (years 1 to 9999 in UTC)", field=name) from None
+
+
+def int_param(raw: Any, name: str, *, minimum: int = 0) -> int | None:
+    """A query parameter as an integer in [minimum, MAX_INT]; None when absent or blank."""
+    if raw is None or raw == "":
+        return None
+    text = str(raw).strip()
+    if len(text) > 20 or not text.lstrip("-").isdigit():
+        raise InvalidInput(f"{name}: expected an integer", field=name)
+    value = int(text)
+    if not minimum <= value <= MAX_INT:
+        raise InvalidInput(f"{name}: must be between {minimum} and {MAX_INT}", field=name)
+    return value
 
 
 def _choice(data: Mapping[str, Any], key: str, prefix: str, choices: list[str], default: str) -> str:
@@ -161,14 +201,14 @@ def validate_metadata(value: Any, name: str) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise InvalidInput(f"{name}: expected a JSON object", field=name)
+    # Depth and storable text first: the encoder below recurses.
+    _check_json_tree(value, name)
     try:
         encoded = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
         raise InvalidInput(f"{name}: must be plain JSON (no NaN or non-JSON values)", field=name) from None
     if len(encoded.encode()) > MAX_METADATA_BYTES:
         raise InvalidInput(f"{name}: larger than {MAX_METADATA_BYTES} bytes", field=name)
-    if _has_nul(value):
-        raise InvalidInput(f"{name}: must not contain the NUL character (U+0000)", field=name)
     return value
 
 

@@ -139,6 +139,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # DRF's default parsers with a strict JSON parser (lone surrogates and deep nesting are a 400).
+    "DEFAULT_PARSER_CLASSES": [
+        "memories.api_parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_RENDERER_CLASSES": [
         "memories.api_render.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",

@@ -1,0 +1,109 @@
+"""Crafted input is a 400 in the documented error shape naming what is wrong, never a 500, and nothing
+is half-written: lone surrogates, times the database cannot hold, deep nesting, huge integers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from memories.inputs import MAX_METADATA_DEPTH
+from memories.models import Memory, Workspace
+
+pytestmark = [pytest.mark.django_db, pytest.mark.api]
+
+BASE = "/api/v1/workspaces/acme/"
+LONE = '"bad \\ud800"'  # a JSON escape of half a UTF-16 pair
+
+
+def raw_post(api: APIClient, path: str, body: str) -> Any:
+    return api.generic("POST", path, body.encode(), content_type="application/json")
+
+
+def error_of(response: Any, status: int = 400) -> dict[str, Any]:
+    assert response.status_code == status, response.content
+    body: dict[str, Any] = response.json()
+    assert set(body) >= {"error", "detail"} and body["detail"]
+    return body
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("memories/", '{"content": ' + LONE + "}"),
+        ("memories/", '{"content": "fine", "tags": [' + LONE + "]}"),
+        ("memories/", '{"content": "fine", "metadata": {"k": ' + LONE + "}}"),
+        ("memories/bulk/", '{"items": [{"content": "fine"}, {"content": ' + LONE + "}]}"),
+        ("context/", '{"query": ' + LONE + "}"),
+        ("context/", '{"query": "jwt", "session_id": ' + LONE + "}"),
+        ("search/", '{"query": ' + LONE + "}"),
+        (
+            "conversations/",
+            '{"sessions": [{"started_at": "2026-01-01T00:00:00Z", "turns": [{"speaker": "a", "text": ' + LONE + "}]}]}",
+        ),
+    ],
+)
+def test_a_lone_surrogate_anywhere_in_a_body_is_a_400(
+    api: APIClient, workspace: Workspace, path: str, body: str
+) -> None:
+    answer = error_of(raw_post(api, BASE + path, body))
+    assert answer["error"] == "invalid_json" and answer["field"] == "body"
+    assert not Memory.objects.filter(workspace=workspace).exists()
+
+
+def test_a_body_nested_a_thousand_levels_deep_is_a_400(api: APIClient, workspace: Workspace) -> None:
+    deep = "[" * 2000 + "]" * 2000
+    answer = error_of(raw_post(api, BASE + "memories/", '{"content": "x", "metadata": {"k": ' + deep + "}}"))
+    assert answer["field"] == "body"
+    assert not Memory.objects.filter(workspace=workspace).exists()
+
+
+def test_metadata_nested_deeper_than_the_limit_is_refused_naming_it(api: APIClient, workspace: Workspace) -> None:
+    def nested(levels: int) -> dict[str, Any]:
+        value: dict[str, Any] = {"leaf": 1}
+        for _ in range(levels - 1):
+            value = {"k": value}
+        return value
+
+    answer = error_of(api.post(BASE + "memories/", {"content": "x", "metadata": nested(320)}, format="json"))
+    assert answer["field"] == "metadata" and str(MAX_METADATA_DEPTH) in answer["detail"]
+    ok = api.post(BASE + "memories/", {"content": "x", "metadata": nested(MAX_METADATA_DEPTH)}, format="json")
+    assert ok.status_code == 201, ok.content
+    assert Memory.objects.filter(workspace=workspace).count() == 1
+
+
+@pytest.mark.parametrize("field", ["created_at", "valid_from", "valid_to"])
+def test_a_time_beyond_what_the_database_holds_is_refused_naming_the_field(
+    api: APIClient, workspace: Workspace, field: str
+) -> None:
+    answer = error_of(api.post(BASE + "memories/", {"content": "x", field: "9999-12-31T23:59:59-14:00"}, format="json"))
+    assert answer["field"] == field and "out of range" in answer["detail"]
+    assert not Memory.objects.filter(workspace=workspace).exists()
+
+
+def test_a_session_start_beyond_range_is_refused_and_nothing_is_ingested(api: APIClient, workspace: Workspace) -> None:
+    body = {"sessions": [{"started_at": "9999-12-31T23:59:59-14:00", "turns": [{"speaker": "a", "text": "hi"}]}]}
+    answer = error_of(api.post(BASE + "conversations/", body, format="json"))
+    assert answer["field"] == "sessions[0].started_at"
+    assert not Memory.objects.filter(workspace=workspace).exists()
+
+
+def test_query_parameters_out_of_range_are_400s(
+    api: APIClient, workspace: Workspace, make_memory: Callable[..., Memory]
+) -> None:
+    memory = make_memory("We picked JWT")
+    answer = error_of(api.get(BASE + "memories/", {"created_after": "9999-12-31T23:59:59-14:00"}))
+    assert answer["field"] == "created_after"
+    answer = error_of(api.get(f"{BASE}memories/{memory.id}/history/", {"before": "99999999999999999999"}))
+    assert answer["field"] == "before"
+    answer = error_of(api.get(f"{BASE}memories/{memory.id}/history/", {"before": "-1"}))
+    assert answer["field"] == "before"
+
+
+def test_valid_unicode_beyond_the_basic_plane_is_kept(api: APIClient, workspace: Workspace) -> None:
+    response = raw_post(api, BASE + "memories/", json.dumps({"content": "ship it 🚀", "tags": ["日本"]}))
+    assert response.status_code == 201, response.content
+    assert Memory.objects.get(workspace=workspace).content == "ship it 🚀"
