@@ -14,10 +14,9 @@ export and import of the memory-evolution directory).
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
@@ -36,16 +35,14 @@ from evolution import (
     curation,
     dream,
     engine,
-    engine_inputs,
     engine_selectors,
     memdir_export,
     memdir_import,
-    merges,
     page_selectors,
+    presenters,
     proposals,
     services,
 )
-from evolution.algorithms.engine import REVIEW_TASK_TYPE
 from evolution.evolvers.base import REASONS
 from evolution.forms import (
     ApproveForm,
@@ -68,7 +65,7 @@ from memories import selectors as memory_selectors
 from memories import services as memory_services
 from memories.forms import MemoryEditForm
 from memories.inputs import MAX_INT
-from memories.models import EdgeType, Memory, MemoryType, Status
+from memories.models import Memory, Status
 from memories.selectors import WorkspaceAccess
 from memories.views import Change, domain_errors
 from memories.web import safe_next
@@ -78,8 +75,6 @@ QUEUE_PAGE: Final = 50
 RECORDS_PAGE: Final = 40
 MEMORIES_PER_RECORD: Final = 25
 CLUSTER_LIMIT: Final = 50
-EXCERPT: Final = 160
-_SENTINEL: Final = uuid.UUID(int=0)
 # Record fields that say when, not what: left out of before/after tables.
 _QUIET_FIELDS: Final = frozenset({"updated_at"})
 
@@ -124,21 +119,6 @@ def _url(name: str, ws: str, **kwargs: Any) -> str:
     return reverse(f"evolution:{name}", kwargs={"ws": ws, **kwargs})
 
 
-def _excerpt(text: str, length: int = EXCERPT) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= length else flat[: length - 1].rstrip() + "…"
-
-
-def _shown(value: Any, length: int = 200) -> str:
-    if value is None or value == "":
-        return "—"
-    if isinstance(value, float):
-        # Six significant digits: retention 0.9999984193672903 reads as 0.999998, and small values keep theirs.
-        return f"{value:.6g}"
-    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-    return _excerpt(text, length)
-
-
 def _revert_button(request: HttpRequest, ws: str, record_id: int, back: str, label: str = "Revert") -> str:
     """A POST button for a flash message (this session's CSRF token is valid on the next page)."""
     return format_html(
@@ -151,357 +131,6 @@ def _revert_button(request: HttpRequest, ws: str, record_id: int, back: str, lab
         back,
         label,
     )
-
-
-class MemoryUrls:
-    """Memory page URLs without a reverse() per link (a page links hundreds of memories)."""
-
-    def __init__(self, ws: str) -> None:
-        self.pattern = reverse("memories:detail", kwargs={"ws": ws, "memory_id": _SENTINEL})
-
-    def __call__(self, memory_id: object) -> str:
-        return self.pattern.replace(str(_SENTINEL), str(memory_id))
-
-
-@dataclass(frozen=True)
-class MemoryRef:
-    """A linked memory: `memory` is None when it no longer exists (its id and history remain)."""
-
-    id: str
-    url: str
-    memory: Memory | None
-
-    @property
-    def label(self) -> str:
-        return _excerpt(self.memory.content) if self.memory is not None else f"memory {self.id} (no longer exists)"
-
-
-def _refs(ids: Sequence[Any], rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls) -> list[MemoryRef]:
-    return [MemoryRef(str(i), urls(i), rows.get(i)) for i in page_selectors.as_uuids(ids)]
-
-
-@dataclass(frozen=True)
-class RowChange:
-    ref: MemoryRef
-    changes: list[Change]
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class NewMemory:
-    memory_type: str
-    subject: str
-    content: str
-    details: list[tuple[str, str]] = field(default_factory=list)
-
-
-# -- proposals: previews --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Preview:
-    """Exactly what approving would change: memories created, fields of existing memories, and why not."""
-
-    creates: list[NewMemory] = field(default_factory=list)
-    changes: list[RowChange] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-
-def _payload(proposal: Proposal) -> dict[str, Any]:
-    return dict(proposal.payload) if isinstance(proposal.payload, dict) else {}
-
-
-def _summary_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls) -> Preview:
-    payload = _payload(proposal)
-    sources = payload.get("summarizes") or proposal.source_ids
-    confidence = payload.get("confidence", 0.7)
-    preview = Preview(
-        creates=[
-            NewMemory(
-                memory_type=str(payload.get("memory_type") or MemoryType.FACT),
-                subject=str(payload.get("subject") or ""),
-                content=str(payload.get("content") or ""),
-                details=[
-                    ("Confidence", f"{float(confidence):.2f}" if isinstance(confidence, int | float) else "—"),
-                    ("Origin", f"evolver:{proposals.SUMMARY_EVOLVER} (tier 2)"),
-                    ("Edges", f"SUMMARIZES each of the {len(page_selectors.as_uuids(sources))} sources"),
-                ],
-            )
-        ],
-        notes=["The sources keep their content and status; each only gets summarized_by set."],
-    )
-    for ref in _refs(sources, rows, urls):
-        if ref.memory is None:
-            preview.problems.append(f"Memory {ref.id} no longer exists: approving will be refused.")
-            continue
-        if ref.memory.summarized_by is not None:
-            preview.problems.append(
-                f"Memory {ref.id} was summarized by {ref.memory.summarized_by} since: approving will be refused."
-            )
-        preview.changes.append(RowChange(ref, [Change("summarized_by", "—", "the new summary")]))
-    return preview
-
-
-def _strategy_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls) -> Preview:
-    payload = _payload(proposal)
-    weight = payload.get("weight")
-    task_type = payload.get("task_type") or ""
-    preview = Preview(
-        creates=[
-            NewMemory(
-                memory_type=MemoryType.STRATEGY,
-                subject=str(task_type),
-                content=str(payload.get("rule") or ""),
-                details=[
-                    ("Tier", "HOT (always loaded)"),
-                    ("Origin", f"{engine.ENGINE_ORIGIN}; yours (user:) if you modify the rule"),
-                    ("Weight", f"{float(weight):.2f}" if isinstance(weight, int | float) else "—"),
-                ],
-            )
-        ],
-        notes=[
-            f"The world model records a success for this review (task type {REVIEW_TASK_TYPE}).",
-            "Rejecting records a failure and lowers the weight of similar strategies by 0.7×.",
-        ],
-    )
-    for ref in _refs(payload.get("supersedes") or [], rows, urls):
-        m = ref.memory
-        if m is None or m.status != Status.ACTIVE or m.memory_type != MemoryType.STRATEGY or m.origin_tier != 3:
-            preview.notes.append(f"Rule {ref.id} is no longer an active engine rule: it stays as it is.")
-            continue
-        preview.changes.append(
-            RowChange(
-                ref,
-                [Change("status", m.status, Status.SUPERSEDED), Change("superseded_by", "—", "the new rule")],
-            )
-        )
-    return preview
-
-
-def _conflict_preview(proposal: Proposal) -> Preview:
-    options = _payload(proposal).get("options") or []
-    notes = [
-        "Approving records your answer only; it changes no memory. To act, approve or reject the strategy "
-        f"proposal #{_payload(proposal).get('strategy_proposal')} it asks about."
-    ]
-    notes += [f"{o.get('origin', '?')}: {_excerpt(str(o.get('content', '')))}" for o in options if isinstance(o, dict)]
-    return Preview(notes=notes)
-
-
-def _merge_value(value: Any) -> str:
-    if isinstance(value, list):
-        return ", ".join(str(v) for v in value) or "—"
-    return _shown(value)
-
-
-def _merge_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls) -> Preview:
-    """The fields each memory of the group would change, from the rows as they are now."""
-    payload = _payload(proposal)
-    try:
-        keep, merge = merges.merge_choice(payload)
-    except InvalidInput as exc:
-        return Preview(problems=[f"Not applicable as it stands: {exc.detail}"])
-    preview = Preview(
-        notes=[
-            f"Each merged memory gets a {EdgeType.SUPERSEDES} edge from the kept one. Nothing is deleted; "
-            "the change is one record that can be reverted exactly.",
-        ]
-    )
-    refs = {ref.id: ref for ref in _refs([keep, *merge], rows, urls)}
-    fields: dict[str, tuple[list[str], float]] = {}
-    for mid, ref in refs.items():
-        m = ref.memory
-        if m is None:
-            preview.problems.append(f"Memory {mid} no longer exists: approving will be refused.")
-        elif m.status != Status.ACTIVE:
-            preview.problems.append(f"Memory {mid} is {m.status} now: approving will be refused.")
-        elif m.pinned:
-            preview.problems.append(f"Memory {mid} was pinned since: approving will be refused.")
-        else:
-            fields[mid] = (list(m.tags or []), float(m.retention_score))
-    if preview.problems:
-        return preview
-    before, after = merges.merge_plan(keep, merge, fields)
-    kept = refs[keep]
-    similarity = payload.get("similarity") if isinstance(payload.get("similarity"), dict) else {}
-    for mid in [keep, *merge]:
-        if mid not in after:
-            continue
-        changes = [
-            Change(
-                name,
-                _merge_value(before[mid].get(name)),
-                kept.label if name == "superseded_by" else _merge_value(value),
-            )
-            for name, value in after[mid].items()
-        ]
-        cos = similarity.get(mid) if similarity else None
-        reason = "kept" if mid == keep else (f"cosine {float(cos):.4f} to the kept memory" if cos is not None else "")
-        preview.changes.append(RowChange(refs[mid], changes, reason))
-    if keep not in after:
-        preview.notes.append("The kept memory already has every tag and the highest retention: it stays as it is.")
-    return preview
-
-
-def _reflection_preview(proposal: Proposal) -> Preview:
-    payload = _payload(proposal)
-    content = engine_inputs.reflection_content(
-        str(payload.get("context") or ""), str(payload.get("reflection") or ""), str(payload.get("lesson") or "")
-    )
-    return Preview(
-        creates=[
-            NewMemory(
-                memory_type=MemoryType.REFLECTION,
-                subject="",
-                content=content,
-                details=[
-                    ("Topic", engine_inputs.DREAM_TOPIC),
-                    ("Origin", f"{engine.DREAM_ORIGIN}; yours if you modify it"),
-                ],
-            )
-        ],
-        notes=["No other memory changes. The reflection is one record that can be reverted."],
-    )
-
-
-def _promotion_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls) -> Preview:
-    payload = _payload(proposal)
-    rule = str(payload.get("rule") or "")
-    (target,) = _refs([payload["target"]], rows, urls) if isinstance(payload.get("target"), str) else (None,)
-    linked = f"DERIVED_FROM each of the {len(proposal.source_ids)} source reflections"
-    m = target.memory if target is not None else None
-    if target is not None and m is not None and m.status == Status.ACTIVE:
-        if m.tier == "hot":
-            return Preview(problems=[f"Rule {target.id} is HOT already: approving will be refused."])
-        return Preview(
-            changes=[RowChange(target, [Change("tier", m.tier, "hot")], "the rule with this text")],
-            notes=[f"New edges: {linked}. If you rewrite the rule, a new HOT rule is created instead."],
-        )
-    return Preview(
-        creates=[
-            NewMemory(
-                memory_type=MemoryType.STRATEGY,
-                subject=str(payload.get("task_type") or ""),
-                content=rule,
-                details=[
-                    ("Tier", "HOT (always loaded)"),
-                    ("Origin", f"{engine.ENGINE_ORIGIN}; yours (user:) if you modify the rule"),
-                    ("Edges", linked),
-                ],
-            )
-        ],
-        notes=["No other memory changes. The rule and its edges are one record that can be reverted."],
-    )
-
-
-def _generic_preview(proposal: Proposal) -> Preview:
-    # Read-only look at the registry: the preview must say whether approval changes anything at all.
-    if proposals._APPLIERS.get(proposal.kind) is None:
-        return Preview(
-            notes=[
-                f"No change is registered for {proposal.kind} proposals: approving records the decision (who, "
-                "when, why) and changes no memory."
-            ]
-        )
-    return Preview(notes=[f"Approving applies this {proposal.kind} proposal through its registered applier."])
-
-
-def _preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls) -> Preview:
-    if proposal.kind == ProposalKind.SUMMARY:
-        return _summary_preview(proposal, rows, urls)
-    if proposal.kind == ProposalKind.STRATEGY:
-        return _strategy_preview(proposal, rows, urls)
-    if proposal.kind == ProposalKind.CONFLICT:
-        return _conflict_preview(proposal)
-    if proposal.kind == ProposalKind.MERGE:
-        return _merge_preview(proposal, rows, urls)
-    if proposal.kind == ProposalKind.REFLECTION:
-        return _reflection_preview(proposal)
-    if proposal.kind == ProposalKind.PROMOTION:
-        return _promotion_preview(proposal, rows, urls)
-    return _generic_preview(proposal)
-
-
-@dataclass(frozen=True)
-class Card:
-    """One proposal as the queue shows it."""
-
-    proposal: Proposal
-    sources: list[MemoryRef]
-    preview: Preview | None
-    vetoes: list[str]
-    evidence: list[str]
-    payload_rows: list[tuple[str, str]]
-    can_decide: bool
-    notice: str = ""
-    notice_kind: str = "error"
-    reject_error: str = ""
-
-    @property
-    def pending(self) -> bool:
-        return self.proposal.status == ProposalStatus.PENDING
-
-
-# Payload keys the card shows elsewhere (the preview, the sources), left out of its "Payload" details.
-_SHOWN_KEYS: Final = frozenset(
-    {"content", "rule", "summarizes", "options", "vetoes", "evidence", "proposed"}
-    | {"group", "contents", "before", "after"}
-)
-
-
-def _card(
-    access: WorkspaceAccess,
-    proposal: Proposal,
-    rows: Mapping[uuid.UUID, Memory],
-    urls: MemoryUrls,
-    **extra: Any,
-) -> Card:
-    payload = _payload(proposal)
-    pending = proposal.status == ProposalStatus.PENDING
-    vetoes = payload.get("vetoes")
-    evidence = payload.get("evidence")
-    return Card(
-        proposal=proposal,
-        sources=_refs(proposal.source_ids, rows, urls),
-        preview=_preview(proposal, rows, urls) if pending else None,
-        vetoes=[str(v) for v in vetoes] if isinstance(vetoes, list) else [],
-        evidence=[str(e) for e in evidence] if isinstance(evidence, list) else [],
-        payload_rows=[(k, _shown(v)) for k, v in payload.items() if k not in _SHOWN_KEYS],
-        can_decide=pending and access.can_edit,
-        **extra,
-    )
-
-
-def _card_ids(items: Sequence[Proposal]) -> list[Any]:
-    ids: list[Any] = []
-    for p in items:
-        ids.extend(p.source_ids or ())
-        payload = _payload(p)
-        ids.extend(payload.get("summarizes") or ())
-        ids.extend(payload.get("supersedes") or ())
-        if p.kind == ProposalKind.MERGE:
-            ids.extend(payload.get("group") or ())
-        if p.kind == ProposalKind.PROMOTION and isinstance(payload.get("target"), str):
-            ids.append(payload["target"])
-    return ids
-
-
-def _cards(access: WorkspaceAccess, items: Sequence[Proposal]) -> list[Card]:
-    rows = page_selectors.memories_shown(workspace=access.workspace, ids=_card_ids(items))
-    urls = MemoryUrls(access.workspace.slug)
-    return [_card(access, p, rows, urls) for p in items]
-
-
-def _one_card(access: WorkspaceAccess, proposal: Proposal, **extra: Any) -> Card:
-    rows = page_selectors.memories_shown(workspace=access.workspace, ids=_card_ids([proposal]))
-    return _card(access, proposal, rows, MemoryUrls(access.workspace.slug), **extra)
-
-
-def _decided_words(proposal: Proposal) -> str:
-    who = proposal.decided_by.get_username() if proposal.decided_by is not None else "the engine"
-    when = f" at {proposal.decided_at:%Y-%m-%d %H:%M} UTC" if proposal.decided_at else ""
-    return f"{proposal.status} by {who}{when}"
 
 
 # -- proposals: pages -----------------------------------------------------------------------------
@@ -527,8 +156,8 @@ def _queue_context(request: HttpRequest, access: WorkspaceAccess, **extra: Any) 
         "kinds": ProposalKind.values,
         "counts": counts,
         "decided_count": sum(counts[s] for s in page_selectors.DECIDED),
-        "cards": _cards(access, page.proposals),
-        "vetoed": [(p, _payload(p).get("vetoes") or [p.decision_reason]) for p in vetoed],
+        "cards": presenters.proposal_cards(access, page.proposals),
+        "vetoed": [(p, presenters.proposal_payload(p).get("vetoes") or [p.decision_reason]) for p in vetoed],
         "next_after": page.next_after,
         "queue_url": _url("proposals", access.workspace.slug),
         **extra,
@@ -552,7 +181,7 @@ def proposal_queue(request: HttpRequest, ws: str) -> HttpResponse:
 def proposal_detail(request: HttpRequest, ws: str, proposal_id: int) -> HttpResponse:
     access = _access(request, ws)
     proposal = _proposal(access, proposal_id)
-    card = _one_card(access, proposal)
+    card = presenters.one_proposal_card(access, proposal)
     if _target(request) == f"proposal-{proposal.pk}":
         return render(request, f"{QUEUE}#card", {"access": access, "card": card})
     form = modify_form(proposal) if request.GET.get("modify") == "1" and card.can_decide else None
@@ -571,7 +200,7 @@ def _card_response(
 ) -> HttpResponse:
     """The card of a proposal as it is now, for an htmx swap or a full page without JavaScript."""
     proposal = _proposal(access, proposal_id)
-    card = _one_card(access, proposal, **extra)
+    card = presenters.one_proposal_card(access, proposal, **extra)
     if _target(request) == f"proposal-{proposal_id}":
         return _partial(request, f"{QUEUE}#card", {"access": access, "card": card}, status)
     if status < 400:
@@ -592,7 +221,7 @@ def _decide(
         if exc.code == "already_decided":
             current = _proposal(access, proposal_id)
             notice = (
-                f"Proposal #{proposal_id} was already {_decided_words(current)}, perhaps in another tab. "
+                f"Proposal #{proposal_id} was already {presenters.decided_words(current)}, perhaps in another tab. "
                 "Nothing was applied twice."
             )
         else:
@@ -652,7 +281,7 @@ def proposal_reject(request: HttpRequest, ws: str, proposal_id: int) -> HttpResp
 def _modify_response(
     request: HttpRequest, access: WorkspaceAccess, proposal: Proposal, form: ModifyForm, status: int
 ) -> HttpResponse:
-    card = _one_card(access, proposal)
+    card = presenters.one_proposal_card(access, proposal)
     context = {"access": access, "card": card, "form": form}
     if _target(request) == f"proposal-{proposal.pk}":
         return _partial(request, f"{QUEUE}#modify", context, status)
@@ -668,7 +297,7 @@ def proposal_modify(request: HttpRequest, ws: str, proposal_id: int) -> HttpResp
     proposal = _proposal(access, proposal_id)
     if request.method == "GET":
         if proposal.status != ProposalStatus.PENDING:
-            notice = f"Proposal #{proposal_id} was already {_decided_words(proposal)}."
+            notice = f"Proposal #{proposal_id} was already {presenters.decided_words(proposal)}."
             return _card_response(request, access, proposal_id, 409, notice=notice)
         if _target(request) != f"proposal-{proposal_id}":
             return redirect(_url("proposal", ws, proposal_id=proposal_id) + "?modify=1")
@@ -733,7 +362,7 @@ def proposal_bulk(request: HttpRequest, ws: str) -> HttpResponse:
 class ClusterView:
     key: str
     ids: list[str]
-    members: list[MemoryRef]
+    members: list[presenters.MemoryRef]
 
 
 @dataclass(frozen=True)
@@ -748,12 +377,14 @@ def _history(records: Sequence[EvolutionRecord]) -> list[HistoryEntry]:
 
 def _contradictions_context(access: WorkspaceAccess, **extra: Any) -> dict[str, Any]:
     page = contradiction_clusters(workspace=access.workspace, limit=CLUSTER_LIMIT)
-    urls = MemoryUrls(access.workspace.slug)
+    urls = presenters.MemoryUrls(access.workspace.slug)
     clusters = [
         ClusterView(
             key=c.ids[0],
             ids=c.ids,
-            members=[MemoryRef(str(m.id), urls(m.id), m) for m in sorted(c.memories, key=lambda m: m.created_at)],
+            members=[
+                presenters.MemoryRef(str(m.id), urls(m.id), m) for m in sorted(c.memories, key=lambda m: m.created_at)
+            ],
         )
         for c in page.clusters
     ]
@@ -838,7 +469,7 @@ def contradiction_edit(request: HttpRequest, ws: str, memory_id: uuid.UUID) -> H
     memory_services.memory_update(
         workspace=access.workspace, memory=memory, actor=request.user, changes={"content": form.cleaned_data["content"]}
     )
-    history = MemoryUrls(ws)(memory.id) + "#memory-history"
+    history = presenters.MemoryUrls(ws)(memory.id) + "#memory-history"
     messages.success(
         request,
         format_html('Saved the new content; its <a href="{}">history</a> can revert it.', history),
@@ -884,13 +515,13 @@ def _drift_rows(access: WorkspaceAccess, memories: Sequence[Memory]) -> list[Dri
                 changes.setdefault(key, []).append(
                     ReplaceChange(
                         record.timestamp,
-                        _shown(before.get("content")),
-                        _shown(after.get("content")),
+                        presenters.shown(before.get("content")),
+                        presenters.shown(after.get("content")),
                         str(after.get("origin") or ""),
                         record.pk,
                     )
                 )
-    urls = MemoryUrls(access.workspace.slug)
+    urls = presenters.MemoryUrls(access.workspace.slug)
     rows = []
     for memory in memories:
         flags = [f for f in memory.drift_flags or () if isinstance(f, dict)]
@@ -962,7 +593,7 @@ class RecordView:
     """One record of a run: per memory the fields before and after, the memories it creates."""
 
     record: EvolutionRecord
-    rows: list[RowChange]
+    rows: list[presenters.RowChange]
     more: int
     creates: list[tuple[str, str]]
     revertible: bool
@@ -973,26 +604,28 @@ def _memory_keys(record: EvolutionRecord) -> list[str]:
     return [k for k in keys if page_selectors.as_uuids([k])]
 
 
-def _record_view(record: EvolutionRecord, rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls) -> RecordView:
+def _record_view(record: EvolutionRecord, rows: Mapping[uuid.UUID, Memory], urls: presenters.MemoryUrls) -> RecordView:
     keys = _memory_keys(record)
     reasons = record.after.get(REASONS) if isinstance(record.after.get(REASONS), dict) else {}
-    changes: list[RowChange] = []
+    changes: list[presenters.RowChange] = []
     for key in keys[:MEMORIES_PER_RECORD]:
         before, after = audit.memory_fields(record, key)
         names = [n for n in dict.fromkeys([*before, *after]) if n not in _QUIET_FIELDS and n != "embedding"]
         (mid,) = page_selectors.as_uuids([key])
         changes.append(
-            RowChange(
-                MemoryRef(key, urls(key), rows.get(mid)),
-                [Change(n, _shown(before.get(n)), _shown(after.get(n))) for n in names],
+            presenters.RowChange(
+                presenters.MemoryRef(key, urls(key), rows.get(mid)),
+                [Change(n, presenters.shown(before.get(n)), presenters.shown(after.get(n))) for n in names],
                 str((reasons or {}).get(key) or ""),
             )
         )
     planned = record.after.get("planned") or record.after.get("contents") or {}
-    creates = [(str(k), _excerpt(str(v), 300)) for k, v in planned.items()] if isinstance(planned, dict) else []
+    creates = (
+        [(str(k), presenters.excerpt(str(v), 300)) for k, v in planned.items()] if isinstance(planned, dict) else []
+    )
     payload = record.after.get("payload")
     if isinstance(payload, dict) and payload.get("content"):
-        creates.append(("proposal", f"proposes: {_excerpt(str(payload['content']), 300)}"))
+        creates.append(("proposal", f"proposes: {presenters.excerpt(str(payload['content']), 300)}"))
     return RecordView(
         record=record,
         rows=changes,
@@ -1007,7 +640,7 @@ def run_context(access: WorkspaceAccess, run: EvolutionRun, *, after: int = 0) -
     records, next_after = page_selectors.run_records_page(run=run, after=after, limit=RECORDS_PAGE)
     ids = [k for r in records for k in _memory_keys(r)[:MEMORIES_PER_RECORD]]
     rows = page_selectors.memories_shown(workspace=access.workspace, ids=ids)
-    urls = MemoryUrls(access.workspace.slug)
+    urls = presenters.MemoryUrls(access.workspace.slug)
     progress = run.progress or {}
     total = int(progress.get("total") or len(run.evolvers) or 1)
     done = int(progress.get("done") or 0)
@@ -1202,7 +835,7 @@ DREAM: Final = "evolution/dream.html"
 
 def _dream_context(access: WorkspaceAccess, report: DreamReport) -> dict[str, Any]:
     data = report.report or {}
-    urls = MemoryUrls(access.workspace.slug)
+    urls = presenters.MemoryUrls(access.workspace.slug)
 
     def linked(entries: Any) -> list[dict[str, Any]]:
         return [{**e, "url": urls(e.get("memory_id"))} for e in entries or () if isinstance(e, dict)]
