@@ -173,7 +173,8 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
         age_days = rng.uniform(0.0, 1.0) if recent else rng.uniform(1.0, 60.0)
         at = now - timedelta(days=age_days)
         result_set = uuid.uuid4()
-        for rank, k in enumerate(picked):
+        # Ranks from 1, as retrieval_signals stores them.
+        for rank, k in enumerate(picked, start=1):
             events.append((workspace.pk, ids[k], result_set, rank, origin, at))
     events.sort(key=lambda e: e[5])
     n_old_events = sum(1 for e in events if e[5] < now - timedelta(days=1))
@@ -376,7 +377,7 @@ def naive_strengthening(workspace: Any, ids: list[uuid.UUID], now: datetime) -> 
         m = Memory.objects.select_related("score").get(id=mid)
         events = list(RetrievalEvent.objects.filter(memory_id=mid, source__in=used))
         total = len(events)
-        ranks = [e.rank for e in events if e.source == "search"]
+        ranks = [e.rank - 1 for e in events if e.source == "search"]  # stored from 1, counted from 0
         avg_rank = sum(ranks) / len(ranks) if ranks else 0.0
         ages = [(now - e.created_at).total_seconds() / 86_400 for e in events]
         v7 = sum(1 for a in ages if a < 7) / 7

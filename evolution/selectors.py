@@ -420,7 +420,9 @@ def retrieval_aggregates(
     index = np.fromiter((codes.setdefault(key, len(codes)) for key in columns[0]), dtype=np.intp, count=n)
     m = len(codes)
     search = np.fromiter(columns[1], dtype=bool, count=n)
-    rank = np.fromiter(columns[2], dtype=np.intp, count=n)
+    # Stored ranks count from 1, as a result set is shown (its first item is #1); the strengthening formula
+    # counts from 0 (evolution.algorithms.retrieval).
+    rank = np.fromiter(columns[2], dtype=np.intp, count=n) - 1
 
     def counts(mask: npt.NDArray[np.bool_]) -> IntArray:
         return np.bincount(index[mask], minlength=m).astype(np.intp)

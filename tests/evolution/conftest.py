@@ -57,7 +57,8 @@ class EvolutionKit:
     def retrieve(
         self, memories: Sequence[Memory], *, source: str = "search", age_days: float = 0.5, ws: Workspace | None = None
     ) -> uuid.UUID:
-        """Store one result set: the memories in rank order, from `source`, `age_days` before NOW."""
+        """Store one result set: the memories in rank order (ranks from 1, as retrieval_signals stores them),
+        from `source`, `age_days` before NOW."""
         result_set = uuid.uuid4()
         RetrievalEvent.objects.bulk_create(
             [
@@ -69,7 +70,7 @@ class EvolutionKit:
                     source=source,
                     created_at=NOW - timedelta(days=age_days),
                 )
-                for rank, m in enumerate(memories)
+                for rank, m in enumerate(memories, start=1)
             ]
         )
         return result_set

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from evolution import selectors
 from evolution.models import EvolutionRun, RunStatus
@@ -206,3 +207,19 @@ def test_co_retrieved_created_reads_only_edges_above_the_id_read_before_insertin
         (newer.pk, str(b.id), str(c.id))
     ]
     assert {row[0] for row in selectors.co_retrieved_created(workspace=kit.workspace, at=at)} == {older.pk, newer.pk}
+
+
+def test_a_memory_ranked_first_by_every_search_counts_as_top_with_rank_zero(kit: Any) -> None:
+    # Written the way every real retrieval is (retrieval_signals numbers a result set from 1), then flushed.
+    from memories.signalbus import retrieval_signals, signal_bus
+
+    first, second = kit.mem("first"), kit.mem("second")
+    for _ in range(10):
+        retrieval_signals(workspace_id=kit.workspace.pk, memory_ids=[first.id, second.id], source="search", delta=0.05)
+    signal_bus().flush()
+    found = selectors.retrieval_aggregates(
+        workspace=kit.workspace, now=timezone.now() + timedelta(seconds=1), lookback_days=30, short_days=7
+    )
+    at = {mid: k for k, mid in enumerate(found.memory_ids)}
+    assert int(found.top1[at[str(first.id)]]) == 10 and int(found.rank_sum[at[str(first.id)]]) == 0
+    assert int(found.top1[at[str(second.id)]]) == 0 and int(found.rank_sum[at[str(second.id)]]) == 10
