@@ -60,9 +60,9 @@ from evolution.algorithms.typed import (
     parse_timestamp,
     policy_for,
 )
-from evolution.evolvers.base import write_rows
 from history import audit
 from history.models import Action, EvolutionRecord
+from memories.bulk import write_rows
 from memories.models import Memory, MemoryType, Status, Workspace
 
 EVOLVER = "WritePolicy"

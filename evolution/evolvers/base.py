@@ -10,44 +10,32 @@ strengthening, Hebbian co-retrieval) is fixed by the import order in `evolution.
 registers an evolver that runs only when asked for by name.
 
 Toolkit: `MemoryUpdates` collects field changes of many memories under one action; `write_memory_updates`
-writes them with one prepared UPDATE per field set (executemany in batches), and `update_records` turns them
-into records of at most `RECORD_CHUNK` memories each, holding the exact before/after values revert needs.
+writes them with one prepared UPDATE per field set (`memories.bulk.write_rows`, which converts values to
+what a model save stores), and `update_records` turns them into records of at most `RECORD_CHUNK` memories
+each, holding the exact before/after values revert needs.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from functools import lru_cache
-from itertools import islice, repeat
+from datetime import datetime
+from itertools import repeat
 from operator import itemgetter
 from typing import Any, ClassVar, Protocol, TypeVar
-
-from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models
-from django.db.models import JSONField
 
 from core.errors import InvalidInput
 from evolution.models import EvolutionRun
 from history import audit
 from history.models import EvolutionRecord, RecordLink
-from memories.bulk import uuid_hex
-from memories.models import Memory, MemoryScore, Workspace
+from memories.bulk import insert_rows, uuid_hex, write_rows
+from memories.models import Memory, Workspace
 
 # Memories per record. A record is the unit of a single revert; 500 keeps a record's JSON well under a
 # megabyte while a 100k-memory cycle writes a few hundred records instead of a hundred thousand.
 RECORD_CHUNK = 500
-# Rows per executemany call: bounds the parameter list held in memory.
-WRITE_BATCH = 2000
-# SQLite writes of at least this many rows go in table (rowid) order, see `_write_sqlite_rows`; a smaller
-# write touches few pages and the extra lookup query would cost more than it saves.
-ROWID_ORDER_MIN = 1000
-# Keys per rowid lookup (SQLite >= 3.32 allows 32766 parameters; the evolvers need >= 3.35 for RETURNING).
-_LOOKUP_CHUNK = 30_000
 # Memory ids as records store them (str(uuid)); other keys of before/after are not memories.
 _CANONICAL_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 # Any number of them, each followed by a newline.
@@ -177,180 +165,6 @@ class MemoryUpdates:
 
     def __len__(self) -> int:
         return len(self.ids)
-
-
-Converter = Callable[[Any], Any]
-
-
-def _identity(value: Any) -> Any:
-    return value
-
-
-def _column(field: models.Field[Any, Any]) -> tuple[Converter, str]:
-    """How a Python value of `field` reaches the driver, and its SQL placeholder.
-
-    As Django would store it, minus the per-value dispatch through several layers that dominates
-    100k-row writes: numbers and text go as they are; plain JSON is dumped with the stdlib encoder on
-    SQLite (the text Django writes); on SQLite a UUID is stored as 32 hex digits, to which the canonical
-    text the evolvers carry is turned here. Anything else goes through Django.
-    """
-    # The wrapper itself, not the `connection` proxy: every attribute read through the proxy costs a
-    # lookup, and get_db_prep_save reads several per value.
-    conn = connections[DEFAULT_DB_ALIAS]
-    sqlite = conn.vendor == "sqlite"
-    if isinstance(field, JSONField):
-        if sqlite:
-            return (lambda v: None if v is None else json.dumps(v)), "%s"
-        return (lambda v: field.get_db_prep_save(v, conn)), "%s"
-    target = field.target_field if isinstance(field, models.ForeignKey) else field
-    if isinstance(target, models.FloatField | models.IntegerField | models.BooleanField | models.CharField):
-        return _identity, "%s"
-    if isinstance(target, models.UUIDField):
-        if conn.features.has_native_uuid_field:
-            return (lambda v: v if isinstance(v, str) else field.get_db_prep_save(v, conn)), "%s"
-        return uuid_hex, "%s"
-    if isinstance(target, models.DateTimeField) and sqlite and settings.USE_TZ:
-        return _sqlite_datetime, "%s"
-    return (lambda v: field.get_db_prep_save(v, conn)), "%s"
-
-
-@lru_cache(maxsize=4096)
-def _sqlite_datetime(value: datetime | None) -> str | None:
-    """Django's SQLite form of an aware datetime: naive UTC text (cached: a run writes one `now` a lot)."""
-    if value is None:
-        return None
-    return str(value.astimezone(UTC).replace(tzinfo=None))
-
-
-def _executemany(
-    sql: str, converters: Sequence[Converter], rows: Iterable[tuple[Any, ...]], *, prepared: bool = False
-) -> int:
-    """Run `sql` for every row in batches of WRITE_BATCH, converting values only where needed
-    (`prepared`: the caller passes every value as stored: numbers, text, UUIDs as `uuid_hex` gives them).
-
-    A batch is converted by column (transposed, each converter mapped over its column, transposed back):
-    a list built per row, calling every converter, cost ~1 us a row, ~1.5 s of a bench cycle's 350k rows
-    where most columns need no conversion at all.
-    """
-    active = [] if prepared else [(k, c) for k, c in enumerate(converters) if c is not _identity]
-    done = 0
-    remaining = iter(rows)
-    with connection.cursor() as cursor:
-        while batch := list(islice(remaining, WRITE_BATCH)):
-            if active:
-                columns: list[Sequence[Any]] = list(zip(*batch, strict=True))
-                if len(columns) != len(converters):
-                    raise ValueError(f"rows of {len(columns)} values for {len(converters)} columns")
-                for k, convert in active:
-                    columns[k] = list(map(convert, columns[k]))
-                batch = list(zip(*columns, strict=True))
-            cursor.executemany(sql, batch)
-            done += len(batch)
-    return done
-
-
-def write_rows(model: type[models.Model], fields: Sequence[str], rows: Iterable[tuple[Any, ...]]) -> int:
-    """UPDATE model SET fields = values WHERE pk = last value, for every row; returns rows written.
-
-    One prepared statement run with executemany in batches of WRITE_BATCH. Django's bulk_update builds
-    a CASE WHEN expression per batch and measured 13x slower on 100k SQLite rows; values are stored
-    exactly as a model save would store them (see `_column`). Memory's score fields (`Memory.SCORE_FIELDS`)
-    go to MemoryScore, keyed by the same memory id.
-    """
-    if model is Memory and Memory.SCORE_FIELDS.intersection(fields):
-        rows = rows if isinstance(rows, list) else list(rows)
-        for target, names in (
-            (Memory, [n for n in fields if n not in Memory.SCORE_FIELDS]),
-            (MemoryScore, [n for n in fields if n in Memory.SCORE_FIELDS]),
-        ):
-            if names:
-                at = [fields.index(n) for n in names]
-                _write_rows(target, names, [(*(row[k] for k in at), row[-1]) for row in rows])
-        return len(rows)
-    return _write_rows(model, fields, rows)
-
-
-def _write_rows(model: type[models.Model], fields: Sequence[str], rows: Iterable[tuple[Any, ...]]) -> int:
-    meta = model._meta
-    pk = meta.pk
-    assert pk is not None
-    prep: list[models.Field[Any, Any]] = [meta.get_field(name) for name in fields]  # type: ignore[misc]
-    columns = [_column(f) for f in [*prep, pk]]
-    qn = connection.ops.quote_name
-    sets = ", ".join(f"{qn(f.column)} = {mark}" for f, (_, mark) in zip(prep, columns, strict=False))
-    if connection.vendor == "sqlite":
-        rows = list(rows)
-        if model is MemoryScore and rows:
-            # ~20 narrow rows to a page: in key order the key's index is walked once and the small table
-            # stays cached, cheaper than looking rowids up first (132k updates in three sweeps: 1.6-1.8 s
-            # against 2.4-2.6 s with the rowid lookup, raw SQLite). The keys are converted once, here,
-            # and sorted as stored.
-            keyed: list[Sequence[Any]] = list(zip(*rows, strict=True))
-            keyed[-1] = list(map(columns[-1][0], keyed[-1]))
-            rows = sorted(zip(*keyed, strict=True), key=itemgetter(-1))
-            columns[-1] = (_identity, columns[-1][1])
-        elif len(rows) >= ROWID_ORDER_MIN:
-            return _write_sqlite_rows(meta, sets, [c for c, _ in columns], rows)
-    sql = f"UPDATE {qn(meta.db_table)} SET {sets} WHERE {qn(pk.column)} = {columns[-1][1]}"
-    return _executemany(sql, [c for c, _ in columns], rows)
-
-
-def _write_sqlite_rows(meta: Any, sets: str, converters: Sequence[Converter], rows: list[tuple[Any, ...]]) -> int:
-    """SQLite: the same UPDATEs by rowid, in rowid order (returns the rows given).
-
-    Memory rows are ~1.4 KB (embedding inline), so an update rewrites a page holding two or three rows: in
-    table order each page is dirtied once while it is hot, where primary-key order (a random UUID) went
-    through the key's index and revisited pages across the whole table (measured ~30% slower on 45k
-    updates). A row whose key is not found is left out, as the UPDATE by key would have matched nothing.
-    """
-    qn = connection.ops.quote_name
-    pk = meta.pk
-    table = qn(meta.db_table)
-    # Django's auto keys are declared INTEGER PRIMARY KEY on SQLite: the key is the rowid.
-    if isinstance(pk, models.AutoField | models.BigAutoField | models.SmallAutoField):
-        located = sorted((int(row[-1]), k) for k, row in enumerate(rows))
-    else:
-        # As `_column` stores the key: UUIDs as 32 hex digits, other keys as they are.
-        if isinstance(pk, models.UUIDField):
-            keys = list(map(uuid_hex, [row[-1] for row in rows]))
-        else:
-            keys = [row[-1] for row in rows]
-        rowids: dict[Any, int] = {}
-        with connection.cursor() as cursor:
-            unique = list(dict.fromkeys(keys))
-            for start in range(0, len(unique), _LOOKUP_CHUNK):
-                chunk = unique[start : start + _LOOKUP_CHUNK]
-                marks = ", ".join(["%s"] * len(chunk))
-                cursor.execute(f"SELECT {qn(pk.column)}, rowid FROM {table} WHERE {qn(pk.column)} IN ({marks})", chunk)
-                rowids.update(cursor.fetchall())
-        # (rowid, position) pairs sort as plain integer tuples, without a key function.
-        located = sorted((rowids[key], k) for k, key in enumerate(keys) if key in rowids)
-    sql = f"UPDATE {table} SET {sets} WHERE rowid = %s"
-    if len(converters) == 2:
-        ordered: Iterable[tuple[Any, ...]] = ((rows[k][0], rowid) for rowid, k in located)
-    else:
-        ordered = ((*rows[k][:-1], rowid) for rowid, k in located)
-    _executemany(sql, [*converters[:-1], _identity], ordered)
-    return len(rows)
-
-
-def insert_rows(
-    model: type[models.Model], fields: Sequence[str], rows: Iterable[tuple[Any, ...]], *, prepared: bool = False
-) -> int:
-    """INSERT rows of `fields` with one prepared statement (executemany in batches); returns rows inserted.
-
-    For many small rows (CO_RETRIEVED edges, record links) where building model instances for
-    bulk_create would cost more than the insert itself. Callers that need the new ids select them back
-    by a column they set.
-    """
-    meta = model._meta
-    prep: list[models.Field[Any, Any]] = [meta.get_field(name) for name in fields]  # type: ignore[misc]
-    columns = [_column(f) for f in prep]
-    qn = connection.ops.quote_name
-    names = ", ".join(qn(f.column) for f in prep)
-    marks = ", ".join(mark for _, mark in columns)
-    sql = f"INSERT INTO {qn(meta.db_table)} ({names}) VALUES ({marks})"
-    return _executemany(sql, [c for c, _ in columns], rows, prepared=prepared)
 
 
 def save_records(records: Sequence[EvolutionRecord]) -> list[EvolutionRecord]:

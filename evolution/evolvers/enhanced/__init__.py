@@ -3,7 +3,7 @@ over whole workspaces.
 
 Each evolver loads its inputs in one or two `values_list` queries, hands plain arrays to the pure
 algorithms in `evolution.algorithms`, writes only the rows whose values change (prepared UPDATEs in
-batches, see `base.write_rows`) and returns records holding the exact before/after values. There is no
+batches, see `memories.bulk.write_rows`) and returns records holding the exact before/after values. There is no
 per-cycle cap: the arithmetic is vectorised over the whole workspace.
 
 Cycle order (registration order below): EnhancedWorkingToEpisodic, ExponentialDecay,

@@ -12,13 +12,14 @@ import numpy.typing as npt
 
 from evolution import selectors
 from evolution.algorithms.hebbian import hebbian_boosts, timed_co_retrieval_pairs
-from evolution.evolvers.base import EvolutionResult, MemoryUpdates, apply_updates, insert_rows, register, write_rows
+from evolution.evolvers.base import EvolutionResult, MemoryUpdates, apply_updates, register
 from evolution.evolvers.enhanced.common import _setting
 from evolution.models import EvolutionRun
 from graph.store import CO_RETRIEVED_FULL_COUNT
 from graph.writes import graph_mirror, graph_touch
 from history import audit
 from history.models import Action, EvolutionRecord
+from memories.bulk import insert_rows, write_rows
 from memories.models import Edge, EdgeType, Workspace
 
 EDGE_RECORD_CHUNK = 500
