@@ -112,6 +112,7 @@ class MemoryListCreateApi(APIView):
             OpenApiParameter("limit", int),
         ],
         responses={200: serializers.MemoryPageOut, **ERRORS},
+        operation_id="memories_list",
     )
     def get(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
@@ -146,7 +147,7 @@ class MemoryListCreateApi(APIView):
 
 
 class MemoryDetailApi(APIView):
-    @extend_schema(responses={200: serializers.MemoryOut, **ERRORS})
+    @extend_schema(responses={200: serializers.MemoryOut, **ERRORS}, operation_id="memory_retrieve")
     def get(self, request: Request, ws: str, memory_id: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
         memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)

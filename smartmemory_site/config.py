@@ -7,6 +7,8 @@ start with a message naming the variable, instead of surfacing later as an obscu
 from __future__ import annotations
 
 import os
+import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -174,3 +176,39 @@ def graph_backend_from_env(neo4j_uri: str) -> str:
     if raw == "neo4j" and not neo4j_uri:
         raise _fail("GRAPH_BACKEND", raw, "sql, or neo4j together with NEO4J_URI")
     return raw
+
+
+SECRET_KEY_BYTES = 48
+
+
+def secret_key_from_env(base_dir: Path) -> str:
+    """DJANGO_SECRET_KEY, else this install's own key: read from DJANGO_SECRET_KEY_FILE (default
+    var/secret_key), which the first start writes (random, readable by its owner only).
+
+    No key is shared between installs, so a forgotten variable never signs sessions with a key that is
+    public. Several processes of one install share the file; processes on several machines need the
+    variable (or the same file)."""
+    raw = env_str("DJANGO_SECRET_KEY")
+    if raw:
+        if len(raw) < 32:
+            raise _fail("DJANGO_SECRET_KEY", "<hidden>", "at least 32 characters")
+        return raw
+    path = Path(env_str("DJANGO_SECRET_KEY_FILE") or base_dir / "var" / "secret_key")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        # O_EXCL: when two processes start at once, one writes and the other reads what it wrote.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_text(encoding="ascii").strip()
+        for _ in range(100):  # another process created the file a moment ago and is writing it
+            if key:
+                break
+            time.sleep(0.01)
+            key = path.read_text(encoding="ascii").strip()
+        if len(key) < 32:
+            raise _fail("DJANGO_SECRET_KEY_FILE", str(path), "a file holding a key of at least 32 characters") from None
+        return key
+    key = secrets.token_urlsafe(SECRET_KEY_BYTES)
+    with os.fdopen(fd, "w", encoding="ascii") as handle:
+        handle.write(key + "\n")
+    return key

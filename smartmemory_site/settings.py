@@ -19,11 +19,30 @@ django_stubs_ext.monkeypatch()
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = config.env_bool("DJANGO_DEBUG", False)
-SECRET_KEY = config.env_str("DJANGO_SECRET_KEY") or "dev-only-insecure-key-set-DJANGO_SECRET_KEY-in-production"
+SECRET_KEY = config.secret_key_from_env(BASE_DIR)
 ALLOWED_HOSTS = config.env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = config.env_list(
     "DJANGO_CSRF_TRUSTED_ORIGINS", ["http://127.0.0.1:8000", "http://localhost:8000"]
 )
+
+# Served over HTTPS (directly or behind a proxy that says so): redirect plain HTTP, send HSTS, and keep the
+# session and CSRF cookies off plain HTTP. Off by default, for the loopback site `make run` serves.
+HTTPS = config.env_bool("DJANGO_HTTPS", False)
+SECURE_SSL_REDIRECT = HTTPS
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+SECURE_HSTS_SECONDS = config.env_int("DJANGO_HSTS_SECONDS", 31_536_000 if HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = config.env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
+SECURE_HSTS_PRELOAD = config.env_bool("DJANGO_HSTS_PRELOAD", False)
+# Asking browsers to preload HSTS for the whole domain is its owner's decision, not a default of ours.
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+if config.env_bool("DJANGO_BEHIND_PROXY", False):
+    # Only behind a proxy that sets this header itself (and strips it from clients).
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
 
 INSTALLED_APPS = [
     "daphne",

@@ -199,3 +199,55 @@ def test_the_settings_module_fails_at_import_naming_the_variable(monkeypatch: py
     module = importlib.util.module_from_spec(spec)
     with pytest.raises(ImproperlyConfigured, match=r"^REDIS_URL="):
         spec.loader.exec_module(module)
+
+
+# -- secret key and HTTPS -------------------------------------------------------------------------
+
+
+def test_without_a_secret_key_the_first_start_writes_one_for_this_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DJANGO_SECRET_KEY", raising=False)
+    monkeypatch.delenv("DJANGO_SECRET_KEY_FILE", raising=False)
+    first = config.secret_key_from_env(tmp_path)
+    path = tmp_path / "var" / "secret_key"
+    assert len(first) >= 50 and path.read_text().strip() == first
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert config.secret_key_from_env(tmp_path) == first  # the next start reads it
+    assert config.secret_key_from_env(tmp_path / "other") != first  # another install has its own
+
+
+def test_a_secret_key_from_the_environment_wins_and_must_be_long(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "k" * 40)
+    assert config.secret_key_from_env(tmp_path) == "k" * 40
+    assert not (tmp_path / "var" / "secret_key").exists()
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "short")
+    message = fails_naming("DJANGO_SECRET_KEY", config.secret_key_from_env, tmp_path)
+    assert "short" not in message  # a secret is never echoed
+
+
+def test_check_deploy_is_clean_for_an_https_install(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_URL", "REDIS_URL"))},
+        "DJANGO_HTTPS": "true",
+        "DJANGO_ALLOWED_HOSTS": "memory.example.org",
+        "DJANGO_SECRET_KEY_FILE": str(tmp_path / "secret_key"),
+        "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
+    }
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no issues" in done.stdout
