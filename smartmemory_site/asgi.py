@@ -16,6 +16,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from smartmemory_site.bodylimit import BodyLimit  # noqa: E402
 from smartmemory_site.routing import websocket_urlpatterns  # noqa: E402
 from smartmemory_site.runtime import start_background_workers  # noqa: E402
 
@@ -23,7 +24,11 @@ start_background_workers()
 
 application = ProtocolTypeRouter(
     {
-        "http": PooledSyncThreads(django_asgi_app, size=settings.SYNC_WORKER_THREADS),
+        "http": BodyLimit(
+            PooledSyncThreads(django_asgi_app, size=settings.SYNC_WORKER_THREADS),
+            max_bytes=settings.REQUEST_MAX_BYTES,
+            max_bulk_bytes=settings.REQUEST_MAX_BULK_BYTES,
+        ),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

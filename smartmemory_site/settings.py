@@ -145,6 +145,11 @@ SIGNAL_FLUSH_SECONDS = config.env_int("SIGNAL_FLUSH_SECONDS", 5, minimum=1)
 SIGNAL_BACKGROUND_FLUSH = config.env_bool("SIGNAL_BACKGROUND_FLUSH", True)
 # Threads that run Django's synchronous request code under ASGI (smartmemory_site.threadpool).
 SYNC_WORKER_THREADS = config.env_int("SYNC_WORKER_THREADS", 8, minimum=1)
+# Request bodies over these sizes are refused (413) before they are read (smartmemory_site.bodylimit).
+REQUEST_MAX_BYTES = config.env_int("REQUEST_MAX_BYTES", 4 * 1024 * 1024, minimum=1024)
+REQUEST_MAX_BULK_BYTES = config.env_int("REQUEST_MAX_BULK_BYTES", 64 * 1024 * 1024, minimum=1024)
+# Django's own cap on what request.body may hold, so a direct WSGI/test client path agrees with the ASGI one.
+DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BULK_BYTES
 SESSION_PIN_TTL_SECONDS = config.env_int("SESSION_PIN_TTL_SECONDS", 24 * 3600, minimum=1)
 
 if REDIS_URL:
