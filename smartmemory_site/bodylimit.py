@@ -20,7 +20,7 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
 
 BULK_SUFFIXES = ("/memories/bulk/", "/conversations/", "/import/")
 
