@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.template.loader import render_to_string
 
@@ -14,12 +14,12 @@ from core.errors import DomainError
 from evolution import page_selectors
 from evolution.runner import PROGRESS_EVENT
 from evolution.views import RUN, run_context
+from memories.consumers import WorkspaceSocket
 from memories.live import workspace_group
 from memories.selectors import WorkspaceAccess, workspace_access
 
 
-# channels ships no type information, so its base class is Any to mypy.
-class RunProgressConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
+class RunProgressConsumer(WorkspaceSocket):
     """Joins `ws.<id>.events` after checking membership and the run; re-renders the run body on progress.
 
     The pushed HTML is the same `run_body` partial the page renders and polls, so the socket and the
@@ -44,6 +44,7 @@ class RunProgressConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             return
         self.access = access
         self.run_id = run_id
+        self.checked_at = time.monotonic()
         await self.channel_layer.group_add(workspace_group(access.workspace.pk), self.channel_name)
         await self.accept()
         await self._push()
@@ -54,7 +55,8 @@ class RunProgressConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def workspace_event(self, event: dict[str, Any]) -> None:
         payload = event.get("payload") or {}
-        if event.get("event") == PROGRESS_EVENT and str(payload.get("run_id")) == str(self.run_id):
+        ours = event.get("event") == PROGRESS_EVENT and str(payload.get("run_id")) == str(self.run_id)
+        if ours and await self.still_allowed():
             await self._push()
 
     async def _push(self) -> None:

@@ -13,3 +13,18 @@ class MemoriesConfig(AppConfig):
         from memories import revert
 
         revert.register()
+
+        # Open sockets of a workspace check their member again when its memberships change (admin
+        # included, which writes memberships without a service).
+        from django.db import transaction
+        from django.db.models.signals import post_delete, post_save
+
+        from memories import live
+        from memories.models import Membership
+
+        def announce(sender: type[Membership], instance: Membership, **kwargs: object) -> None:
+            workspace_id = instance.workspace_id
+            transaction.on_commit(lambda: live.access_changed(workspace_id), robust=True)
+
+        post_save.connect(announce, sender=Membership, weak=False, dispatch_uid="memories.access_changed.save")
+        post_delete.connect(announce, sender=Membership, weak=False, dispatch_uid="memories.access_changed.delete")

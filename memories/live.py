@@ -40,3 +40,13 @@ def workspace_event_on_commit(workspace_id: int, event: str, payload: dict[str, 
     """``workspace_event`` once the writing transaction has committed (at once outside one); a failure to
     publish is logged by Django and never undoes the write."""
     transaction.on_commit(lambda: workspace_event(workspace_id, event, payload), robust=True)
+
+
+ACCESS_CHANGED = "access.changed"
+"""Message type of a membership change: open sockets of the workspace check again who may listen."""
+
+
+def access_changed(workspace_id: int) -> None:
+    """Tell every socket of a workspace (activation bars and run progress) to check its member again."""
+    for group in (activation_group(workspace_id), workspace_group(workspace_id)):
+        group_send(group, {"type": ACCESS_CHANGED})
