@@ -139,6 +139,7 @@ class MemoryListCreateApi(APIView):
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         item = inputs.memory_input(request.data)
+        services.check_origin_claim(origin=item.origin, actor=request.user, trusted=access.is_owner)
         memory = services.memory_create(workspace=access.workspace, actor=request.user, item=item)
         return Response(
             serializers.memory_json(memory, timezone.now(), workspace=access.workspace),
@@ -187,6 +188,10 @@ class MemoryBulkCreateApi(APIView):
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         items = inputs.bulk_input(request.data)
+        for k, item in enumerate(items):
+            services.check_origin_claim(
+                origin=item.origin, actor=request.user, trusted=access.is_owner, field=f"items[{k}].origin"
+            )
         memories = services.memories_create(workspace=access.workspace, actor=request.user, items=items)
         return Response({"ids": [str(m.id) for m in memories]}, status=status.HTTP_201_CREATED)
 

@@ -58,6 +58,31 @@ def default_origin(actor: User | None, channel: str = "api") -> str:
     return f"{channel}:{name}"[:_ORIGIN_MAX]
 
 
+IDENTITY_PREFIXES = ("user:", "api:", "cli:")
+"""Origins that name the person who wrote a memory (tier 1: never compressed, shown as theirs)."""
+RESERVED_PREFIXES = ("engine:", "evolver:")
+"""Origins the engine and the evolvers write: a client claiming one would pass for them."""
+
+
+def check_origin_claim(*, origin: str, actor: User | None, trusted: bool, field: str = "origin") -> None:
+    """Refuse an origin a client may not claim: another person's identity (``user:admin``) or the
+    engine's and evolvers' own (``engine:strategy``). The caller's own identity and source labels
+    (``import:wiki``, ``agent:planner``) are fine; a trusted caller (a workspace owner, ingesting for
+    others) may set any origin."""
+    if not origin or trusted:
+        return
+    if origin.startswith(RESERVED_PREFIXES):
+        raise InvalidInput(f"{field}: {origin!r} is written by the engine and the evolvers only", field=field)
+    if origin.startswith(IDENTITY_PREFIXES):
+        name = getattr(actor, "username", "") if actor is not None and actor.is_authenticated else ""
+        if origin.split(":", 1)[1] != name:
+            raise InvalidInput(
+                f"{field}: {origin!r} names someone else; write as yourself ({origin.split(':', 1)[0]}:{name}) "
+                "or name the source (import:<source>)",
+                field=field,
+            )
+
+
 # -- workspaces -----------------------------------------------------------------------------------
 
 

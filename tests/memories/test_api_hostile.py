@@ -107,3 +107,40 @@ def test_valid_unicode_beyond_the_basic_plane_is_kept(api: APIClient, workspace:
     response = raw_post(api, BASE + "memories/", json.dumps({"content": "ship it 🚀", "tags": ["日本"]}))
     assert response.status_code == 201, response.content
     assert Memory.objects.get(workspace=workspace).content == "ship it 🚀"
+
+
+# -- origin claims ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def editor_api(member: Callable[[str], Any], client_for: Callable[[Any], APIClient]) -> APIClient:
+    from memories.models import Role
+
+    return client_for(member(Role.EDITOR))
+
+
+@pytest.mark.parametrize("origin", ["user:alice", "api:admin", "cli:root", "engine:strategy", "evolver:Summary"])
+def test_an_editor_cannot_claim_someone_elses_origin_or_the_engines(
+    editor_api: APIClient, workspace: Workspace, origin: str
+) -> None:
+    answer = error_of(editor_api.post(BASE + "memories/", {"content": "x", "origin": origin}, format="json"))
+    assert answer["field"] == "origin" and origin in answer["detail"]
+    bulk = {"items": [{"content": "fine"}, {"content": "x", "origin": origin}]}
+    answer = error_of(editor_api.post(BASE + "memories/bulk/", bulk, format="json"))
+    assert answer["field"] == "items[1].origin"
+    assert not Memory.objects.filter(workspace=workspace).exists()
+
+
+@pytest.mark.parametrize("origin", ["api:editor-user", "user:editor-user", "import:wiki", "agent:planner"])
+def test_an_editor_may_write_as_themselves_or_name_a_source(
+    editor_api: APIClient, workspace: Workspace, origin: str
+) -> None:
+    response = editor_api.post(BASE + "memories/", {"content": "x", "origin": origin}, format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["origin"] == origin
+
+
+def test_an_owner_ingesting_for_others_may_set_any_origin(api: APIClient, workspace: Workspace) -> None:
+    response = api.post(BASE + "memories/", {"content": "x", "origin": "user:dana"}, format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["origin"] == "user:dana"
