@@ -8,6 +8,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.contrib.sessions.backends.signed_cookies import SessionStore as CookieSession
 from django.template.loader import render_to_string
 from django.utils import timezone
 
@@ -37,7 +38,8 @@ class WorkspaceSocket(AsyncWebsocketConsumer):  # type: ignore[misc]
     def _allowed_now(self) -> bool:
         session = self.scope.get("session")
         key = getattr(session, "session_key", None)
-        if session is not None and key and not session.exists(key):
+        # A logout deletes the session; a cookie-based session has no server side to look up.
+        if session is not None and key and not isinstance(session, CookieSession) and not session.exists(key):
             return False
         try:
             workspace_access(user=self.scope.get("user"), slug=self._slug())
