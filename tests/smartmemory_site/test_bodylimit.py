@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Any
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
-import pytest
 from asgiref.testing import ApplicationCommunicator
 
 from smartmemory_site.bodylimit import BodyLimit
 
 LIMIT, BULK = 1_000, 5_000
+T = TypeVar("T")
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run on a thread of its own: the browser tests leave an event loop on the main thread."""
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()
 
 
 class Echo:
@@ -45,10 +54,9 @@ async def answer(app: Any, path: str, chunks: list[bytes], *, declare: bool = Tr
     return start["status"], body["body"]
 
 
-@pytest.mark.asyncio
-async def test_a_declared_length_over_the_limit_is_a_413_and_the_app_never_runs() -> None:
+def test_a_declared_length_over_the_limit_is_a_413_and_the_app_never_runs() -> None:
     inner = Echo()
-    status, body = await answer(BodyLimit(inner, max_bytes=LIMIT, max_bulk_bytes=BULK), "/api/v1/x/", [b"x" * 2000])
+    status, body = run(answer(BodyLimit(inner, max_bytes=LIMIT, max_bulk_bytes=BULK), "/api/v1/x/", [b"x" * 2000]))
     assert status == 413 and not inner.called
     assert json.loads(body) == {
         "error": "payload_too_large",
@@ -57,18 +65,16 @@ async def test_a_declared_length_over_the_limit_is_a_413_and_the_app_never_runs(
     }
 
 
-@pytest.mark.asyncio
-async def test_a_chunked_body_stops_being_read_once_it_passes_the_limit() -> None:
+def test_a_chunked_body_stops_being_read_once_it_passes_the_limit() -> None:
     inner = Echo()
     app = BodyLimit(inner, max_bytes=LIMIT, max_bulk_bytes=BULK)
-    status, _ = await answer(app, "/api/v1/x/", [b"x" * 600, b"x" * 600, b"x" * 600], declare=False)
+    status, _ = run(answer(app, "/api/v1/x/", [b"x" * 600, b"x" * 600, b"x" * 600], declare=False))
     assert status == 413 and inner.called
 
 
-@pytest.mark.asyncio
-async def test_bulk_paths_take_the_larger_limit_and_small_bodies_pass() -> None:
+def test_bulk_paths_take_the_larger_limit_and_small_bodies_pass() -> None:
     app = BodyLimit(Echo(), max_bytes=LIMIT, max_bulk_bytes=BULK)
-    assert await answer(app, "/api/v1/workspaces/a/memories/bulk/", [b"x" * 4000]) == (200, b"4000")
-    assert await answer(app, "/api/v1/workspaces/a/conversations/", [b"x" * 4000]) == (200, b"4000")
-    assert (await answer(app, "/api/v1/workspaces/a/memories/", [b"x" * 4000]))[0] == 413
-    assert await answer(app, "/api/v1/workspaces/a/memories/", [b"x" * 10]) == (200, b"10")
+    assert run(answer(app, "/api/v1/workspaces/a/memories/bulk/", [b"x" * 4000])) == (200, b"4000")
+    assert run(answer(app, "/api/v1/workspaces/a/conversations/", [b"x" * 4000])) == (200, b"4000")
+    assert run(answer(app, "/api/v1/workspaces/a/memories/", [b"x" * 4000]))[0] == 413
+    assert run(answer(app, "/api/v1/workspaces/a/memories/", [b"x" * 10])) == (200, b"10")
