@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
 from core.errors import Conflict
+from memories.bulk import db_datetime
 from memories.models import Workspace
 from surfacing.models import PinnedSession, SessionPin
 
@@ -65,13 +66,6 @@ def _conflict(session_id: str, workspace: Workspace) -> Conflict:
         code=PIN_CONFLICT_CODE,
         field="session_id",
     )
-
-
-def _db_datetime(value: datetime) -> Any:
-    """A datetime as the backend stores it (SQLite: naive UTC text, compared as text)."""
-    if connection.vendor == "sqlite":
-        return connection.ops.adapt_datetimefield_value(value)
-    return value
 
 
 def _ttl() -> timedelta:
@@ -127,7 +121,7 @@ class DbPinStore:
                 f"SELECT p.memory_id, p.weight FROM {SessionPin._meta.db_table} p "
                 f"JOIN {PinnedSession._meta.db_table} s ON s.id = p.session_id "
                 "WHERE s.session_id = %s AND s.workspace_id = %s AND s.expires_at > %s",
-                [session_id, workspace.pk, _db_datetime(now)],
+                [session_id, workspace.pk, db_datetime(now)],
             )
             rows = cursor.fetchall()
         return {(m if isinstance(m, uuid.UUID) else uuid.UUID(m)): float(w) for m, w in rows}
