@@ -251,3 +251,14 @@ def test_check_deploy_is_clean_for_an_https_install(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no issues" in done.stdout
+
+
+@pytest.mark.django_db
+def test_sqlite_connections_bound_the_wal_file() -> None:
+    from django.db import connection
+
+    # The suite's SQLite run (this module is not among the PostgreSQL ones).
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA journal_size_limit")
+        (limit,) = cursor.fetchone()
+    assert limit == 64 * 1024 * 1024
