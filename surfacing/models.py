@@ -10,11 +10,17 @@ from memories.models import Memory, Workspace
 
 
 class PinnedSession(models.Model):
-    """A session bound to the first workspace that pinned in it; pins live and expire with it."""
+    """A session of one workspace: session ids are the workspace's own, so the same id in two workspaces
+    names two sessions and neither can learn of, claim or touch the other. Pins live and expire with it."""
 
-    session_id = models.CharField(max_length=128, unique=True)
+    session_id = models.CharField(max_length=128)
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="pinned_sessions")
     expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["workspace", "session_id"], name="pinsession_ws_sid"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.session_id}@{self.workspace_id}"

@@ -1,13 +1,13 @@
 """Session pins: memories a caller asked to keep on top of every working context of one session.
 
-Rules: a session is bound to the first workspace that pins in it; pinning (or unpinning)
-through another workspace is a Conflict (``session_pin_workspace_conflict``), and reading through a
-session bound elsewhere returns no pins, so a reused or guessed session id cannot bridge tenants. The
-session and its pins live ``SESSION_PIN_TTL_SECONDS`` (24 h) from the last pin: every pin refreshes it.
+Rules: session ids belong to a workspace. The same id in two workspaces names two separate sessions,
+so a reused or guessed id cannot bridge tenants, reveal that another workspace uses it, or be claimed
+ahead of it. The session and its pins live ``SESSION_PIN_TTL_SECONDS`` (24 h) from the last pin: every
+pin refreshes it.
 
-Two stores behind one protocol: ``DbPinStore`` (PinnedSession / SessionPin rows; expired sessions are
-deleted lazily, on the next pin) and ``RedisPinStore`` (a hash per session plus a binding key, both
-with the TTL, updated atomically by Lua scripts), chosen by settings.REDIS_URL. Callers check that the
+Two stores behind one protocol: ``DbPinStore`` (PinnedSession / SessionPin rows, one session per
+workspace and id; expired sessions are deleted lazily, on the next pin) and ``RedisPinStore`` (a hash
+per workspace and session with the TTL), chosen by settings.REDIS_URL. Callers check that the
 memory belongs to the workspace before pinning; the stores only keep ids.
 """
 
@@ -22,13 +22,11 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from core.errors import Conflict
 from memories.bulk import db_datetime
 from memories.models import Workspace
 from surfacing.models import PinnedSession, SessionPin
 
 __all__ = [
-    "PIN_CONFLICT_CODE",
     "DbPinStore",
     "Pin",
     "PinStore",
@@ -36,8 +34,6 @@ __all__ = [
     "pin_store",
     "set_pin_store",
 ]
-
-PIN_CONFLICT_CODE = "session_pin_workspace_conflict"
 
 
 @dataclass(frozen=True)
@@ -59,28 +55,20 @@ class PinStore(Protocol):
     def ping(self) -> None: ...
 
 
-def _conflict(session_id: str, workspace: Workspace) -> Conflict:
-    # The message names neither the other workspace nor its pins.
-    return Conflict(
-        f"session {session_id!r} is bound to another workspace; use a new session id for workspace {workspace.slug!r}",
-        code=PIN_CONFLICT_CODE,
-        field="session_id",
-    )
-
-
 def _ttl() -> timedelta:
     return timedelta(seconds=int(settings.SESSION_PIN_TTL_SECONDS))
 
 
 class DbPinStore:
-    """Pins as database rows; one PinnedSession per session id (unique), its pins cascade with it."""
+    """Pins as database rows; one PinnedSession per workspace and session id, its pins cascade with it."""
 
     def pin(self, *, workspace: Workspace, session_id: str, memory_id: uuid.UUID, weight: float, now: datetime) -> Pin:
         expires_at = now + _ttl()
         with transaction.atomic():
             # Lazy cleanup: the table only holds live sessions plus those expired since the last pin.
             PinnedSession.objects.filter(expires_at__lte=now).delete()
-            session = PinnedSession.objects.select_for_update().filter(session_id=session_id).first()
+            own = PinnedSession.objects.select_for_update().filter(workspace=workspace, session_id=session_id)
+            session = own.first()
             if session is None:
                 try:
                     with transaction.atomic():
@@ -88,10 +76,8 @@ class DbPinStore:
                             session_id=session_id, workspace=workspace, expires_at=expires_at
                         )
                 except IntegrityError:
-                    # Another request bound the session between our read and insert.
-                    session = PinnedSession.objects.select_for_update().get(session_id=session_id)
-            if session.workspace_id != workspace.pk:
-                raise _conflict(session_id, workspace)
+                    # Another request of this workspace made the session between our read and insert.
+                    session = own.get()
             if session.expires_at != expires_at:
                 session.expires_at = expires_at
                 session.save(update_fields=["expires_at"])
@@ -102,16 +88,16 @@ class DbPinStore:
 
     def unpin(self, *, workspace: Workspace, session_id: str, memory_id: uuid.UUID, now: datetime) -> bool:
         with transaction.atomic():
-            session = PinnedSession.objects.filter(session_id=session_id, expires_at__gt=now).first()
+            session = PinnedSession.objects.filter(
+                workspace=workspace, session_id=session_id, expires_at__gt=now
+            ).first()
             if session is None:
                 return False
-            if session.workspace_id != workspace.pk:
-                raise _conflict(session_id, workspace)
             deleted, _ = SessionPin.objects.filter(session=session, memory_id=memory_id).delete()
         return deleted > 0
 
     def pins(self, *, workspace: Workspace, session_id: str, now: datetime) -> dict[uuid.UUID, float]:
-        """One query: pins of a live session bound to this workspace (else nothing)."""
+        """One query: pins of the workspace's live session of that id (else nothing)."""
         if not session_id:
             return {}
         # Plain SQL: this runs on every router-mode context call, and building the ORM query costs more
@@ -130,65 +116,35 @@ class DbPinStore:
         PinnedSession.objects.exists()
 
 
-# Binding key and pin hash are refreshed together, so they always expire together. Without a binding
-# (never pinned, or expired) any leftover hash is dropped before the new binding is written.
-_PIN_SCRIPT = """
-local bound = redis.call('GET', KEYS[1])
-if bound and bound ~= ARGV[1] then return 0 end
-if not bound then redis.call('DEL', KEYS[2]) end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
-redis.call('EXPIRE', KEYS[2], ARGV[2])
-return 1
-"""
-_UNPIN_SCRIPT = """
-local bound = redis.call('GET', KEYS[1])
-if not bound then return -1 end
-if bound ~= ARGV[1] then return 0 end
-return redis.call('HDEL', KEYS[2], ARGV[2]) + 1
-"""
-
-
 class RedisPinStore:
-    """Pins in Redis: ``<prefix>bind:<session>`` holds the workspace id, ``<prefix>pins:<session>`` maps
-    memory id -> weight; both carry the TTL."""
+    """Pins in Redis: ``<prefix><workspace id>:<session>`` maps memory id -> weight and carries the TTL."""
 
-    def __init__(self, url: str, *, prefix: str = "smartmemory:session:") -> None:
+    def __init__(self, url: str, *, prefix: str = "smartmemory:pins:") -> None:
         import redis
 
         self._client: Any = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
         self._prefix = prefix
-        self._pin = self._client.register_script(_PIN_SCRIPT)
-        self._unpin = self._client.register_script(_UNPIN_SCRIPT)
 
-    def _keys(self, session_id: str) -> list[str]:
-        return [f"{self._prefix}bind:{session_id}", f"{self._prefix}pins:{session_id}"]
+    def _key(self, workspace: Workspace, session_id: str) -> str:
+        return f"{self._prefix}{workspace.pk}:{session_id}"
 
     def pin(self, *, workspace: Workspace, session_id: str, memory_id: uuid.UUID, weight: float, now: datetime) -> Pin:
         ttl = int(settings.SESSION_PIN_TTL_SECONDS)
-        ok = self._pin(keys=self._keys(session_id), args=[str(workspace.pk), ttl, str(memory_id), repr(weight)])
-        if int(ok) == 0:
-            raise _conflict(session_id, workspace)
+        key = self._key(workspace, session_id)
+        pipe = self._client.pipeline(transaction=True)
+        pipe.hset(key, str(memory_id), repr(weight))
+        pipe.expire(key, ttl)
+        pipe.execute()
         return Pin(memory_id=memory_id, weight=weight, expires_at=now + timedelta(seconds=ttl))
 
     def unpin(self, *, workspace: Workspace, session_id: str, memory_id: uuid.UUID, now: datetime) -> bool:
-        result = int(self._unpin(keys=self._keys(session_id), args=[str(workspace.pk), str(memory_id)]))
-        if result == 0:
-            raise _conflict(session_id, workspace)
-        return result == 2
+        return int(self._client.hdel(self._key(workspace, session_id), str(memory_id))) > 0
 
     def pins(self, *, workspace: Workspace, session_id: str, now: datetime) -> dict[uuid.UUID, float]:
         if not session_id:
             return {}
-        bind_key, pins_key = self._keys(session_id)
-        pipe = self._client.pipeline(transaction=True)
-        pipe.get(bind_key)
-        pipe.hgetall(pins_key)
-        bound, raw = pipe.execute()
-        if bound is None or bound.decode() != str(workspace.pk):
-            return {}
         pins: dict[uuid.UUID, float] = {}
-        for key, value in raw.items():
+        for key, value in self._client.hgetall(self._key(workspace, session_id)).items():
             try:
                 pins[uuid.UUID(key.decode())] = float(value)
             except ValueError:

@@ -55,7 +55,7 @@ def _validate_pin_session(session_id: object) -> str:
 
 def pin_put(*, workspace: Workspace, session_id: str, memory: Memory, weight: object = None) -> Pin:
     """Pin ``memory`` (of ``workspace``; the caller looked it up there) for the session; refreshes the
-    session's 24 h TTL. Conflict ``session_pin_workspace_conflict`` when the session is bound elsewhere."""
+    session's 24 h TTL. Session ids are the workspace's own (see ``surfacing.pins``)."""
     if memory.workspace_id != workspace.pk:
         raise InvalidInput("memory_id: the memory belongs to another workspace", field="memory_id")
     return pin_store().pin(
