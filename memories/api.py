@@ -139,8 +139,9 @@ class MemoryListCreateApi(APIView):
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         item = inputs.memory_input(request.data)
-        services.check_origin_claim(origin=item.origin, actor=request.user, trusted=access.is_owner)
-        memory = services.memory_create(workspace=access.workspace, actor=request.user, item=item)
+        (memory,) = services.client_memories_create(
+            workspace=access.workspace, actor=request.user, items=[item], trusted=access.is_owner, bulk=False
+        )
         return Response(
             serializers.memory_json(memory, timezone.now(), workspace=access.workspace),
             status=status.HTTP_201_CREATED,
@@ -188,11 +189,9 @@ class MemoryBulkCreateApi(APIView):
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         items = inputs.bulk_input(request.data)
-        for k, item in enumerate(items):
-            services.check_origin_claim(
-                origin=item.origin, actor=request.user, trusted=access.is_owner, field=f"items[{k}].origin"
-            )
-        memories = services.memories_create(workspace=access.workspace, actor=request.user, items=items)
+        memories = services.client_memories_create(
+            workspace=access.workspace, actor=request.user, items=items, trusted=access.is_owner, bulk=True
+        )
         return Response({"ids": [str(m.id) for m in memories]}, status=status.HTTP_201_CREATED)
 
 

@@ -64,23 +64,65 @@ RESERVED_PREFIXES = ("engine:", "evolver:")
 """Origins the engine and the evolvers write: a client claiming one would pass for them."""
 
 
+def _foreign_claim(origin: str, actor: User | None) -> bool:
+    """True when `origin` is the engine's or an evolver's, or names a person other than `actor`."""
+    if origin.startswith(RESERVED_PREFIXES):
+        return True
+    if origin.startswith(IDENTITY_PREFIXES):
+        name = getattr(actor, "username", "") if actor is not None and actor.is_authenticated else ""
+        return origin.split(":", 1)[1] != name
+    return False
+
+
 def check_origin_claim(*, origin: str, actor: User | None, trusted: bool, field: str = "origin") -> None:
     """Refuse an origin a client may not claim: another person's identity (``user:admin``) or the
     engine's and evolvers' own (``engine:strategy``). The caller's own identity and source labels
     (``import:wiki``, ``agent:planner``) are fine; a trusted caller (a workspace owner, ingesting for
     others) may set any origin."""
-    if not origin or trusted:
+    if not origin or trusted or not _foreign_claim(origin, actor):
         return
     if origin.startswith(RESERVED_PREFIXES):
         raise InvalidInput(f"{field}: {origin!r} is written by the engine and the evolvers only", field=field)
-    if origin.startswith(IDENTITY_PREFIXES):
-        name = getattr(actor, "username", "") if actor is not None and actor.is_authenticated else ""
-        if origin.split(":", 1)[1] != name:
-            raise InvalidInput(
-                f"{field}: {origin!r} names someone else; write as yourself ({origin.split(':', 1)[0]}:{name}) "
-                "or name the source (import:<source>)",
-                field=field,
+    name = getattr(actor, "username", "") if actor is not None and actor.is_authenticated else ""
+    raise InvalidInput(
+        f"{field}: {origin!r} names someone else; write as yourself ({origin.split(':', 1)[0]}:{name}) "
+        "or name the source (import:<source>)",
+        field=field,
+    )
+
+
+@transaction.atomic
+def client_memories_create(
+    *, workspace: Workspace, actor: User | None, items: Sequence[MemoryInput], trusted: bool, bulk: bool
+) -> list[Memory]:
+    """memories_create for an API client. Origins it may not claim are refused naming the field
+    (``origin``, or ``items[k].origin`` for a bulk body); when a trusted caller writes memories in another's
+    name, one record names who did (evolver ``api``, action ``import``, linked to those memories)."""
+    claimed: list[int] = []
+    for k, item in enumerate(items):
+        check_origin_claim(
+            origin=item.origin, actor=actor, trusted=trusted, field=f"items[{k}].origin" if bulk else "origin"
+        )
+        if item.origin and _foreign_claim(item.origin, actor):
+            claimed.append(k)
+    memories = memories_create(workspace=workspace, actor=actor, items=items)
+    if claimed:
+        origins = {str(memories[k].id): items[k].origin for k in claimed}
+        audit.record_save(
+            audit.record_build(
+                workspace=workspace,
+                evolver="api",
+                action=Action.IMPORT,
+                reason=(
+                    f"{default_origin(actor)} wrote {len(claimed)} memories in another's name: "
+                    + ", ".join(sorted(set(origins.values())))
+                )[:2000],
+                output_ids=[memories[k].id for k in claimed],
+                after={"origins": origins},
+                actor=actor,
             )
+        )
+    return memories
 
 
 # -- workspaces -----------------------------------------------------------------------------------

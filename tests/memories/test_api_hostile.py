@@ -140,7 +140,19 @@ def test_an_editor_may_write_as_themselves_or_name_a_source(
     assert response.json()["origin"] == origin
 
 
-def test_an_owner_ingesting_for_others_may_set_any_origin(api: APIClient, workspace: Workspace) -> None:
+def test_an_owner_ingesting_for_others_may_set_any_origin_and_the_history_names_who_did(
+    api: APIClient, workspace: Workspace, user: Any
+) -> None:
+    from history.models import Action, EvolutionRecord, RecordLink
+
     response = api.post(BASE + "memories/", {"content": "x", "origin": "user:dana"}, format="json")
     assert response.status_code == 201, response.content
     assert response.json()["origin"] == "user:dana"
+    bulk = {"items": [{"content": "mine"}, {"content": "hers", "origin": "user:erin"}]}
+    ids = api.post(BASE + "memories/bulk/", bulk, format="json").json()["ids"]
+    records = list(EvolutionRecord.objects.filter(workspace=workspace, evolver="api", action=Action.IMPORT))
+    assert len(records) == 2 and all(r.actor == user for r in records)
+    assert records[1].after == {"origins": {ids[1]: "user:erin"}} and "user:erin" in records[1].reason
+    # The memory written in Erin's name shows the record in its history; the owner's own does not.
+    assert RecordLink.objects.filter(record=records[1], memory_id=ids[1]).exists()
+    assert not RecordLink.objects.filter(memory_id=ids[0]).exists()
