@@ -51,11 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def table(model: str) -> str:
-    """The database table of a model of the memories app (read through the app registry: no import)."""
-    return str(apps.get_model("memories", model)._meta.db_table)
-
-
 __all__ = [
     "EdgeRef",
     "GraphStore",
@@ -68,6 +63,11 @@ __all__ = [
 MAX_CACHED_WORKSPACES = 16
 """Default number of snapshots kept per process (least recently used evicted; the setting
 ``GRAPH_SNAPSHOT_WORKSPACES`` overrides it): about 30 MB per 1M-edge workspace."""
+
+
+def table(model: str) -> str:
+    """The database table of a model of the memories app (read through the app registry: no import)."""
+    return str(apps.get_model("memories", model)._meta.db_table)
 
 
 @dataclass(frozen=True, eq=False)

@@ -52,8 +52,13 @@ def register_write_policy(policy: WritePolicy) -> None:
         _write_policies.append(policy)
 
 
+def _username(actor: User | None) -> str:
+    """The actor's username; "" for the engine or an anonymous caller."""
+    return getattr(actor, "username", "") if actor is not None and actor.is_authenticated else ""
+
+
 def default_origin(actor: User | None, channel: str = "api") -> str:
-    name = getattr(actor, "username", "") if actor is not None and actor.is_authenticated else ""
+    name = _username(actor)
     # Usernames may be 150 characters; the origin column holds 120.
     return f"{channel}:{name}"[:_ORIGIN_MAX]
 
@@ -68,10 +73,7 @@ def _foreign_claim(origin: str, actor: User | None) -> bool:
     """True when `origin` is the engine's or an evolver's, or names a person other than `actor`."""
     if origin.startswith(RESERVED_PREFIXES):
         return True
-    if origin.startswith(IDENTITY_PREFIXES):
-        name = getattr(actor, "username", "") if actor is not None and actor.is_authenticated else ""
-        return origin.split(":", 1)[1] != name
-    return False
+    return origin.startswith(IDENTITY_PREFIXES) and origin.split(":", 1)[1] != _username(actor)
 
 
 def check_origin_claim(*, origin: str, actor: User | None, trusted: bool, field: str = "origin") -> None:
@@ -83,9 +85,8 @@ def check_origin_claim(*, origin: str, actor: User | None, trusted: bool, field:
         return
     if origin.startswith(RESERVED_PREFIXES):
         raise InvalidInput(f"{field}: {origin!r} is written by the engine and the evolvers only", field=field)
-    name = getattr(actor, "username", "") if actor is not None and actor.is_authenticated else ""
     raise InvalidInput(
-        f"{field}: {origin!r} names someone else; write as yourself ({origin.split(':', 1)[0]}:{name}) "
+        f"{field}: {origin!r} names someone else; write as yourself ({origin.split(':', 1)[0]}:{_username(actor)}) "
         "or name the source (import:<source>)",
         field=field,
     )
@@ -100,10 +101,10 @@ def client_memories_create(
     name, one record names who did (evolver ``api``, action ``import``, linked to those memories)."""
     claimed: list[int] = []
     for k, item in enumerate(items):
-        check_origin_claim(
-            origin=item.origin, actor=actor, trusted=trusted, field=f"items[{k}].origin" if bulk else "origin"
-        )
         if item.origin and _foreign_claim(item.origin, actor):
+            check_origin_claim(
+                origin=item.origin, actor=actor, trusted=trusted, field=f"items[{k}].origin" if bulk else "origin"
+            )
             claimed.append(k)
     memories = memories_create(workspace=workspace, actor=actor, items=items)
     if claimed:
