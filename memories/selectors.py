@@ -19,6 +19,7 @@ from django.db.models.expressions import RawSQL
 
 from core.errors import Forbidden, InvalidInput, NotFound
 from history.models import EvolutionRecord
+from memories import fts_stats
 from memories.algorithms.fts import fts5_expression, only_stop_words, query_terms, tsquery_expression
 from memories.models import Edge, Membership, Memory, RetrievalEvent, Role, Workspace
 
@@ -119,39 +120,36 @@ def lexical_search(
 ) -> list[tuple[uuid.UUID, float]]:
     """Return up to `limit` (memory id, score) pairs best first, score higher-is-better (BM25).
 
-    SQLite ranks with FTS5's bm25() (negated, since FTS5 returns smaller-is-better); PostgreSQL ranks
-    with ts_rank_cd over the GIN-indexed tsvector, which is not BM25 but orders the same way for
-    short documents. Scores are raw: normalise per query before fusing them with other signals.
+    SQLite ranks with FTS5's bm25() (negated, since FTS5 returns smaller-is-better) under the
+    workspace's own term statistics (`memories.fts_stats`): the best hits of the shared index, a pool
+    twice as deep when other workspaces share it, are rescored. PostgreSQL ranks with ts_rank_cd over
+    the GIN-indexed tsvector, which needs no corpus statistics; it is not BM25 but orders the same way
+    for short documents. Scores are raw: normalise per query before fusing them with other signals.
     """
     terms = query_terms(query)
     if not terms or limit <= 0:
         return []
-    status_sql = ""
-    params: list[Any] = []
     if connection.vendor == "sqlite":
-        if not statuses:
-            return _fts_ranked(fts5_expression(terms), workspace.pk, limit)
-        # The join reads the memory row of every match, not only of the returned ones (callers that
-        # filter statuses themselves pass statuses=None and skip it).
-        sql = (
-            "SELECT f.memory_id, -bm25(memories_fts) AS score FROM memories_fts f "
-            "JOIN memories_memory m ON m.id = f.memory_id "
-            "WHERE memories_fts MATCH %s AND f.workspace_id = %s{status} "
-            "ORDER BY bm25(memories_fts) LIMIT %s"
-        )
-        params = [fts5_expression(terms), workspace.pk]
-    else:
-        config = _pg_config(terms)
-        sql = (
-            f"SELECT m.id, ts_rank_cd(to_tsvector({config}, m.content), q, 32) AS score "
-            f"FROM memories_memory m, to_tsquery({config}, %s) q "
-            f"WHERE m.workspace_id = %s AND to_tsvector({config}, m.content) @@ q{{status}} "
-            "ORDER BY score DESC LIMIT %s"
-        )
-        expr = tsquery_expression(terms)
-        if not expr:
-            return []
-        params = [expr, workspace.pk]
+        counts = fts_stats.workspace_counts(workspace.pk)
+        pool = limit if counts.whole else 2 * limit + 10
+        expression = fts5_expression(terms)
+        if statuses:
+            hits = _fts_ranked_with_status(expression, workspace.pk, pool, statuses)
+        else:
+            hits = _fts_ranked(expression, workspace.pk, pool)
+        return fts_stats.rescored(hits, terms, counts)[:limit]
+    config = _pg_config(terms)
+    expr = tsquery_expression(terms)
+    if not expr:
+        return []
+    sql = (
+        f"SELECT m.id, ts_rank_cd(to_tsvector({config}, m.content), q, 32) AS score "
+        f"FROM memories_memory m, to_tsquery({config}, %s) q "
+        f"WHERE m.workspace_id = %s AND to_tsvector({config}, m.content) @@ q{{status}} "
+        "ORDER BY score DESC LIMIT %s"
+    )
+    params: list[Any] = [expr, workspace.pk]
+    status_sql = ""
     if statuses:
         status_sql = " AND m.status IN (" + ",".join(["%s"] * len(statuses)) + ")"
         params.extend(statuses)
@@ -160,6 +158,26 @@ def lexical_search(
         cursor.execute(sql.format(status=status_sql), params)
         rows = cursor.fetchall()
     return [(as_uuid(r[0]), float(r[1])) for r in rows]
+
+
+def _fts_ranked_with_status(
+    expression: str, workspace_id: int, limit: int, statuses: Sequence[str]
+) -> list[tuple[int, uuid.UUID, float]]:
+    """SQLite: the ``limit`` best BM25 hits (FTS rowid, memory id, score) of one workspace in ``statuses``.
+
+    The join reads the memory row of every match, not only of the returned ones (callers that filter
+    statuses themselves pass statuses=None and skip it).
+    """
+    marks = ",".join(["%s"] * len(statuses))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT f.rowid, f.memory_id, -bm25(memories_fts) AS score FROM memories_fts f "
+            "JOIN memories_memory m ON m.id = f.memory_id "
+            f"WHERE memories_fts MATCH %s AND f.workspace_id = %s AND m.status IN ({marks}) "
+            "ORDER BY bm25(memories_fts), f.rowid LIMIT %s",
+            [expression, workspace_id, *statuses, limit],
+        )
+        return [(int(rowid), as_uuid(mid), float(score)) for rowid, mid, score in cursor.fetchall()]
 
 
 def embedding_of(model: str) -> Case:
@@ -181,8 +199,8 @@ _FTS_REPROBE_EVERY = 64
 _fts_queries = itertools.count()
 
 
-def _fts_ranked(expression: str, workspace_id: int, limit: int) -> list[tuple[uuid.UUID, float]]:
-    """SQLite: the ``limit`` best BM25 hits of one workspace for an FTS5 expression, any status.
+def _fts_ranked(expression: str, workspace_id: int, limit: int) -> list[tuple[int, uuid.UUID, float]]:
+    """SQLite: the ``limit`` best BM25 hits (FTS rowid, memory id, score) of one workspace, any status.
 
     ``workspace_id`` is an UNINDEXED column: filtering on it reads the stored row of every match (a
     third of the query for a common word), where ranking the whole index by rowid and reading only the
@@ -198,24 +216,24 @@ def _fts_ranked(expression: str, workspace_id: int, limit: int) -> list[tuple[uu
             # Ranked by rowid alone, then the best rows' stored columns: selecting memory_id in the ranking
             # query itself reads the stored row of every match for the sort (~1 ms of 5.8 measured).
             cursor.execute(
-                "SELECT f.memory_id, f.workspace_id, -best.score FROM (SELECT rowid AS id, bm25(memories_fts) "
+                "SELECT best.id, f.memory_id, f.workspace_id, -best.score FROM (SELECT rowid AS id, bm25(memories_fts) "
                 "AS score FROM memories_fts WHERE memories_fts MATCH %s ORDER BY score, rowid LIMIT %s) best "
                 "JOIN memories_fts f ON f.rowid = best.id ORDER BY best.score, best.id",
                 [expression, wanted],
             )
             rows = cursor.fetchall()
-        own = [(mid, score) for mid, space, score in rows if space == workspace_id]
+        own = [(rowid, mid, score) for rowid, mid, space, score in rows if space == workspace_id]
         if len(rows) == wanted:
             _FTS_SHARE[workspace_id] = len(own) / wanted
         if len(own) >= limit or len(rows) < wanted:
-            return [(as_uuid(mid), float(score)) for mid, score in own[:limit]]
+            return [(int(rowid), as_uuid(mid), float(score)) for rowid, mid, score in own[:limit]]
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT f.memory_id, -bm25(memories_fts) FROM memories_fts f "
+            "SELECT f.rowid, f.memory_id, -bm25(memories_fts) FROM memories_fts f "
             "WHERE memories_fts MATCH %s AND f.workspace_id = %s ORDER BY bm25(memories_fts), f.rowid LIMIT %s",
             [expression, workspace_id, limit],
         )
-        return [(as_uuid(mid), float(score)) for mid, score in cursor.fetchall()]
+        return [(int(rowid), as_uuid(mid), float(score)) for rowid, mid, score in cursor.fetchall()]
 
 
 def _fts_filter(workspace: Workspace, query: str, *, plan_probes: bool = False) -> Q:

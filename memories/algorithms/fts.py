@@ -8,6 +8,16 @@ carry no retrieval signal are dropped, and the rest are ORed so BM25 ranks parti
 from __future__ import annotations
 
 import re
+import threading
+import unicodedata
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import Stemmer
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 # A word, possibly joined by hyphens or apostrophes ("real-time", "don't", "O'Brien").
 _WORD = re.compile(r"[^\W_]+(?:[-'\u2019][^\W_]+)*", re.UNICODE)
@@ -78,3 +88,104 @@ def tsquery_expression(terms: list[str]) -> str:
         elif parts:
             clauses.append("(" + " <-> ".join(parts) + ")")
     return " | ".join(clauses)
+
+
+# -- BM25 with one workspace's term statistics -------------------------------------------------------
+
+
+def fts5_idf(rows: int, hits: npt.ArrayLike) -> FloatArray:
+    """Inverse document frequency as SQLite FTS5's bm25() computes it, per term.
+
+    ``idf = ln((N - n + 0.5) / (n + 0.5))`` for ``N`` indexed rows of which ``n`` match the term, and
+    1e-6 where that is not positive (a term in more than half of the rows), so every matching term
+    still counts a little.
+    """
+    n = np.asarray(hits, dtype=np.float64)
+    idf = np.log((float(rows) - n + 0.5) / (n + 0.5))
+    return np.where(idf > 0.0, idf, 1e-6)
+
+
+# Okapi BM25 constants, FTS5's defaults.
+BM25_K1 = 1.2
+BM25_B = 0.75
+# FTS5's porter tokenizer leaves tokens shorter than 3 or longer than 64 bytes as they are.
+_STEM_MIN = 3
+_STEM_MAX_BYTES = 64
+_stemmers = threading.local()
+
+
+def _stem(tokens: list[str]) -> list[str]:
+    stemmer = getattr(_stemmers, "porter", None)
+    if stemmer is None:
+        stemmer = _stemmers.porter = Stemmer.Stemmer("porter")
+    stems: list[str] = stemmer.stemWords(tokens)
+    for i, token in enumerate(tokens):
+        if len(token) < _STEM_MIN or (len(token) * 4 > _STEM_MAX_BYTES and len(token.encode()) > _STEM_MAX_BYTES):
+            stems[i] = token
+    return stems
+
+
+def _folded(text: str) -> str:
+    plain = text.lower()
+    if not plain.isascii():
+        plain = "".join(ch for ch in unicodedata.normalize("NFKD", plain) if not unicodedata.combining(ch))
+    return plain
+
+
+def index_tokens(text: str) -> list[str]:
+    """The tokens the full-text index keeps for ``text``: its ``porter unicode61 remove_diacritics 2``
+    tokenizer, as far as word boundaries, case, diacritics and Porter stems go.
+
+    Runs of letters and digits are tokens, anything else separates them; diacritics are dropped
+    ("café" -> "cafe") and each token is reduced to its Porter stem ("running" -> "run").
+    """
+    return _stem(_PART.findall(_folded(text)))
+
+
+def term_counts(texts: Sequence[str], terms: Sequence[str]) -> tuple[IntArray, IntArray]:
+    """``(counts, lengths)``: how often each term (a word, or a phrase of the parts of a joined word)
+    occurs in each text as the index sees it (``index_tokens``), and each text's token count.
+
+    Only the words that can stem to a term are stemmed: Porter's rules change a word's end, so a word
+    that stems to ``s`` starts with ``s`` less its last letter. A joined term ("real-time") is counted
+    over the whole stemmed text.
+    """
+    phrases = [index_tokens(t) for t in terms]
+    counts = np.zeros((len(texts), len(terms)), dtype=np.int64)
+    lengths = np.zeros(len(texts), dtype=np.int64)
+    singles: dict[str, list[int]] = {}
+    for p, phrase in enumerate(phrases):
+        if len(phrase) == 1:
+            singles.setdefault(phrase[0], []).append(p)
+    longer = [(p, tuple(phrase)) for p, phrase in enumerate(phrases) if len(phrase) > 1]
+    prefixes = sorted({stem[:-1] if len(stem) > 1 else stem for stem in singles}, key=len, reverse=True)
+    candidates = re.compile(r"(?<![^\W_])(?:" + "|".join(map(re.escape, prefixes)) + r")[^\W_]*") if prefixes else None
+    for d, text in enumerate(texts):
+        plain = _folded(text)
+        words = _PART.findall(plain)
+        lengths[d] = len(words)
+        if candidates is not None:
+            for stem in _stem(candidates.findall(plain)):
+                for p in singles.get(stem, ()):
+                    counts[d, p] += 1
+        if longer:
+            tokens = _stem(words)
+            for p, joined in longer:
+                width = len(joined)
+                counts[d, p] = sum(tuple(tokens[i : i + width]) == joined for i in range(len(tokens) - width + 1))
+    return counts, lengths
+
+
+def bm25(counts: npt.ArrayLike, lengths: npt.ArrayLike, average_length: float, idf: npt.ArrayLike) -> FloatArray:
+    """Okapi BM25 of each document (rows of ``counts``, one column per term; higher is better):
+
+    ``sum_t idf[t] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average_length))``, FTS5's bm25()
+    with every column weight 1 (``k1`` = 1.2, ``b`` = 0.75).
+    """
+    tf = np.asarray(counts, dtype=np.float64)
+    if tf.size == 0:
+        return np.zeros(tf.shape[0] if tf.ndim else 0, dtype=np.float64)
+    norm = BM25_K1 * (1.0 - BM25_B + BM25_B * np.asarray(lengths, dtype=np.float64) / max(average_length, 1e-9))
+    parts = tf * (BM25_K1 + 1.0) / (tf + norm[:, None])
+    result: FloatArray = parts @ np.asarray(idf, dtype=np.float64)
+    return result

@@ -7,9 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection
 
-from memories import selectors, services
+from memories import fts_stats, selectors, services
 from memories.algorithms.fts import fts5_expression, query_terms, tsquery_expression
 from memories.inputs import MemoryInput
 from memories.models import Memory, Workspace
@@ -172,33 +171,59 @@ def test_a_contraction_stays_one_phrase() -> None:
     assert tsquery_expression(["don't"]) == "(don <-> t)"
 
 
-# -- ranking one workspace among several (SQLite ranks the whole index, then filters) ----------------
+# -- ranking one workspace among several (one shared index, each workspace's own statistics) -------
+
+
+def _ten_words(head: str, repeats: int, tail: str) -> str:
+    """``head``, ``repeats`` times "kafka", padding, then ``tail``: always ten tokens, so that the average
+    document length (which BM25 reads from the whole index) is the same alone or shared."""
+    words = head.split() + ["kafka"] * repeats
+    return " ".join(words + ["pad"] * (8 - len(words)) + tail.split())
+
+
+def _ranked(workspace: Workspace, limit: int) -> list[tuple[uuid.UUID, float]]:
+    return selectors.lexical_search(workspace=workspace, query="kafka lag", limit=limit, statuses=None)
 
 
 @pytest.mark.parametrize("own, others", [(30, 2), (3, 60), (0, 40), (12, 12)])
-def test_ranked_hits_are_the_workspace_best_whatever_share_of_the_index_it_holds(
+def test_ranked_hits_are_the_ones_the_workspace_would_get_alone_whatever_share_of_the_index_it_holds(
     workspace: Workspace, other_workspace: Workspace, make_memory: Callable[..., Memory], own: int, others: int
 ) -> None:
-    """The best hits of one workspace, best first, as the filtered query ranks them, whether the
-    workspace holds most of the matches, few of them or none (each way twice, so the second query
-    runs with the share the first one observed)."""
+    """The best hits of one workspace, best first, with the scores it would get if it were the only one
+    in the index, whether it holds most of the matches, few of them or none (each way twice, so the
+    second query runs with the share and the counts the first one kept)."""
     for i in range(own):
-        make_memory(f"kafka consumer lag {'kafka ' * (i % 5)}note {i}")
+        make_memory(_ten_words("kafka consumer lag", i % 5, f"note {i}"))
     for i in range(others):
-        make_memory(f"kafka broker {'kafka ' * (i % 7)}elsewhere {i}", ws=other_workspace)
+        make_memory(_ten_words("kafka broker", i % 6, f"elsewhere {i}"), ws=other_workspace)
     selectors._FTS_SHARE.clear()
-    for limit in (5, 5, 40, 40):
-        hits = selectors.lexical_search(workspace=workspace, query="kafka lag", limit=limit, statuses=None)
-        if connection.vendor == "sqlite":
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT f.memory_id FROM memories_fts f WHERE memories_fts MATCH %s AND f.workspace_id = %s "
-                    "ORDER BY bm25(memories_fts), f.rowid LIMIT %s",
-                    [fts5_expression(["kafka", "lag"]), workspace.pk, limit],
-                )
-                expected = [uuid.UUID(mid) for (mid,) in cursor.fetchall()]
-            assert [mid for mid, _ in hits] == expected
-        owned = set(Memory.objects.filter(workspace=workspace).values_list("id", flat=True))
-        assert len(hits) == min(limit, own) and {mid for mid, _ in hits} <= owned
-        scores = [score for _, score in hits]
-        assert scores == sorted(scores, reverse=True)
+    fts_stats.forget()
+    shared = {limit: [_ranked(workspace, limit) for _ in range(2)] for limit in (5, 40)}
+    owned = set(Memory.objects.filter(workspace=workspace).values_list("id", flat=True))
+    Memory.objects.filter(workspace=other_workspace).delete()
+    fts_stats.forget()
+    for limit, answers in shared.items():
+        alone = _ranked(workspace, limit)
+        for hits in answers:
+            assert len(hits) == min(limit, own) and {mid for mid, _ in hits} <= owned
+            assert [mid for mid, _ in hits] == [mid for mid, _ in alone]
+            assert [score for _, score in hits] == pytest.approx([score for _, score in alone], rel=1e-9)
+            scores = [score for _, score in hits]
+            assert scores == sorted(scores, reverse=True)
+
+
+def test_another_workspace_writing_does_not_change_a_workspace_ranking(
+    workspace: Workspace, other_workspace: Workspace, make_memory: Callable[..., Memory]
+) -> None:
+    """A word that is rare here and common there ("lag") keeps its weight here: the scores of one
+    workspace do not move when another writes, and so say nothing about what it wrote."""
+    for i in range(8):
+        make_memory(_ten_words("kafka consumer lag" if i % 4 == 0 else "kafka consumer", i % 3, f"note {i}"))
+    make_memory(_ten_words("kafka", 0, "unrelated note"), ws=other_workspace)
+    before = _ranked(workspace, 10)
+    for i in range(200):
+        make_memory(_ten_words("lag lag", i % 2, f"elsewhere {i}"), ws=other_workspace)
+    fts_stats.forget()
+    after = _ranked(workspace, 10)
+    assert [mid for mid, _ in after] == [mid for mid, _ in before]
+    assert [score for _, score in after] == pytest.approx([score for _, score in before], rel=1e-9)
