@@ -15,8 +15,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.errors import Forbidden, InvalidInput
-from evolution import selectors, services
+from core.errors import InvalidInput
+from evolution import jobs, selectors, services
 from evolution.evolvers.base import REASONS
 from evolution.models import EvolutionRun
 from history.models import EvolutionRecord
@@ -208,18 +208,14 @@ class EvolutionRunListCreateApi(APIView):
         runs = selectors.run_list(workspace=access.workspace, limit=_limit(request, 50))
         return Response({"results": [run_summary_json(r) for r in runs]})
 
-    @extend_schema(request=RunIn, responses={201: RunOut, **ERRORS}, operation_id="evolution_run_create")
+    @extend_schema(request=RunIn, responses={202: RunOut, **ERRORS}, operation_id="evolution_run_create")
     def post(self, request: Request, ws: str) -> Response:
-        access = memory_selectors.workspace_access(user=request.user, slug=ws)
+        """Queue a run (a background job): 202 with the run, ``status`` queued; follow it with GET or
+        the workspace socket. Editors and owners only, dry runs included (a run costs the server work)."""
+        access = memory_selectors.workspace_access(user=request.user, slug=ws, require="edit")
         evolvers, dry_run = run_input(request.data)
-        if not dry_run and not access.can_edit:
-            raise Forbidden(
-                f"your role in workspace {ws!r} is {access.role}; applying evolvers needs editor or owner "
-                "(a dry run is open to you)",
-                field="dry_run",
-            )
-        run = services.evolution_run(workspace=access.workspace, actor=request.user, evolvers=evolvers, dry_run=dry_run)
-        return Response(run_json(run), status=status.HTTP_201_CREATED)
+        run = jobs.run_enqueue(workspace=access.workspace, actor=request.user, evolvers=evolvers, dry_run=dry_run)
+        return Response(run_json(run), status=status.HTTP_202_ACCEPTED)
 
 
 class EvolutionRunDetailApi(APIView):
@@ -229,6 +225,15 @@ class EvolutionRunDetailApi(APIView):
         run = selectors.run_get(workspace=access.workspace, run_id=run_id)
         after = _int_param(request, "after") or 0
         return Response(run_json(run, after=after, limit=_limit(request, RECORDS_PAGE)))
+
+
+class EvolutionRunCancelApi(APIView):
+    @extend_schema(request=None, responses={200: RunOut, **ERRORS}, operation_id="evolution_run_cancel")
+    def post(self, request: Request, ws: str, run_id: str) -> Response:
+        """Cancel a queued run, or stop a running one before its next evolver (409 once it finished)."""
+        access = memory_selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        run = selectors.run_get(workspace=access.workspace, run_id=run_id)
+        return Response(run_json(jobs.run_cancel(workspace=access.workspace, run=run, actor=request.user)))
 
 
 class EvolutionRunRevertApi(APIView):

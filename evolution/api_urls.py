@@ -12,6 +12,11 @@ urlpatterns = [
         name="evolution-run",
     ),
     path(
+        "workspaces/<slug:ws>/evolution/runs/<str:run_id>/cancel/",
+        api.EvolutionRunCancelApi.as_view(),
+        name="evolution-run-cancel",
+    ),
+    path(
         "workspaces/<slug:ws>/evolution/runs/<str:run_id>/revert/",
         api.EvolutionRunRevertApi.as_view(),
         name="evolution-run-revert",

@@ -1,5 +1,5 @@
 """Curation a person does from the evolution pages: resolve contradictions, acknowledge drift, decide
-proposals in bulk, start evolution runs that report progress while they work.
+proposals in bulk.
 
 Every change to memories is one audited EvolutionRecord (evolver ``Curation``, actor = the person) that
 holds the exact before/after values of the fields it changed, so ``services.record_revert`` undoes it like
@@ -25,22 +25,19 @@ own service that checks the cluster is still what the person looked at.
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import connections, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput, NotFound
-from evolution import proposals, runner
-from evolution.evolvers import resolve_names
-from evolution.models import EvolutionRun, Proposal, RunStatus
+from evolution import proposals
+from evolution.models import Proposal
 from history import audit
 from history.models import Action, EvolutionRecord
 from memories import live
@@ -56,8 +53,6 @@ MAX_NOTE_CHARS: Final = 2000
 MAX_REVIEWS: Final = 20
 RESOLUTION_ACKNOWLEDGED: Final = "acknowledged"
 RESOLUTION_PINNED: Final = "pinned"
-# Page-started runs work in a thread so the page can show their progress; tests switch it off.
-BACKGROUND_SETTING: Final = "EVOLUTION_PAGE_RUNS_IN_BACKGROUND"
 
 
 def _note(note: str) -> str:
@@ -370,63 +365,3 @@ def proposals_decide(
         else:
             outcome.decided.append(decided)
     return outcome
-
-
-# -- runs started from a page ---------------------------------------------------------------------
-
-
-def runs_in_background() -> bool:
-    return bool(getattr(settings, BACKGROUND_SETTING, True))
-
-
-def run_start(
-    *,
-    workspace: Workspace,
-    actor: User | None,
-    evolvers: Sequence[str] | None,
-    dry_run: bool,
-    background: bool | None = None,
-) -> EvolutionRun:
-    """Create a run of `evolvers` (cycle order) and work it, in a thread when `background`.
-
-    The same steps as ``services.evolution_run``, split so the caller gets the run before it is done:
-    the page redirects to the run and watches ``run.progress`` (polled, and pushed over the workspace
-    event group by the runner). Unknown names raise InvalidInput before anything is written. A thread
-    starts only once the run row is committed, so it always finds it.
-    """
-    names = resolve_names(evolvers)
-    now = timezone.now()
-    run = EvolutionRun.objects.create(
-        workspace=workspace,
-        evolvers=names,
-        dry_run=dry_run,
-        started_by=audit.actor_or_none(actor),
-        started_at=now,
-        progress={"evolver": "", "index": 0, "done": 0, "total": len(names)},
-    )
-    if not (runs_in_background() if background is None else background):
-        return runner.cycle_run(run=run, names=names, now=now)
-    worker = threading.Thread(target=_work, args=(run.pk, names), name=f"evolution-run-{run.pk}", daemon=True)
-    transaction.on_commit(worker.start)
-    return run
-
-
-def _work(run_id: uuid.UUID, names: list[str]) -> None:
-    """Thread body: work the run; an error outside the evolvers (they are contained) fails the run."""
-    try:
-        run = EvolutionRun.objects.select_related("workspace").get(pk=run_id)
-        runner.cycle_run(run=run, names=names, now=run.started_at)
-    except Exception as exc:
-        log.exception("evolution run %s failed outside its evolvers", run_id)
-        failed = EvolutionRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).first()
-        if failed is not None:
-            failed.status = RunStatus.FAILED
-            failed.finished_at = timezone.now()
-            failed.summary = {**(failed.summary or {}), "error": f"{type(exc).__name__}: {exc}"}
-            failed.save(update_fields=["status", "finished_at", "summary"])
-            live.workspace_event(
-                failed.workspace_id, runner.PROGRESS_EVENT, {"run_id": str(run_id), "status": failed.status}
-            )
-    finally:
-        # The thread's own connection; Django closes request connections, nobody closes this one.
-        connections.close_all()

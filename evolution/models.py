@@ -13,10 +13,16 @@ from memories.models import Workspace
 
 
 class RunStatus(models.TextChoices):
+    QUEUED = "queued"
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
+    CANCELLED = "cancelled"
     REVERTED = "reverted"
+
+
+# A run that has not finished: queued for a worker, or being worked.
+OPEN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
 
 
 class EvolutionRun(models.Model):
@@ -33,9 +39,17 @@ class EvolutionRun(models.Model):
     summary = models.JSONField(default=dict, blank=True)
     # {"evolver": name, "done": i, "total": n} while running; read by the progress page and socket.
     progress = models.JSONField(default=dict, blank=True)
+    # The worker working the run and when it last said so: a run whose heartbeat is older than the
+    # worker's lease is taken over by another worker (evolution.jobs).
+    worker = models.CharField(max_length=200, blank=True, default="")
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
 
     class Meta:
-        indexes: ClassVar = [models.Index(fields=["workspace", "started_at"], name="run_ws_started")]
+        indexes: ClassVar = [
+            models.Index(fields=["workspace", "started_at"], name="run_ws_started"),
+            models.Index(fields=["status", "started_at"], name="run_status_started"),
+        ]
 
     def __str__(self) -> str:
         return f"run {self.id} ({'dry' if self.dry_run else 'applied'})"

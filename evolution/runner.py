@@ -1,5 +1,8 @@
 """The cycle runner: evolvers in cycle order, each in its own transaction, each failure contained.
 
+A run asked to stop (``cancel_requested``) stops before its next evolver; a run that already has summary
+entries (taken over from a worker that died, see evolution.jobs) skips the evolvers they name.
+
 For every evolver the runner opens one transaction holding the evolver's writes, its records and its
 summary entry (so the cursor an evolver leaves for the next run commits with the changes it describes).
 An exception rolls that transaction back, is written to the run summary as a failed entry, and the
@@ -54,7 +57,8 @@ def _publish(workspace_id: int, payload: dict[str, Any]) -> None:
 
 def _set_progress(run: EvolutionRun, progress: dict[str, Any], on_progress: ProgressCallback | None) -> None:
     run.progress = progress
-    run.save(update_fields=["progress"])
+    run.heartbeat_at = timezone.now()
+    run.save(update_fields=["progress", "heartbeat_at"])
     _publish(run.workspace_id, {"run_id": str(run.id), **progress})
     if on_progress is not None:
         on_progress(progress)
@@ -254,10 +258,18 @@ def _cycle(
     handoff: selectors.CycleHandoff,
 ) -> EvolutionRun:
     workspace = run.workspace
-    entries: list[dict[str, Any]] = []
+    # A run taken over from a worker that died resumes after the evolvers whose entries committed.
+    entries: list[dict[str, Any]] = list((run.summary or {}).get("evolvers", []))
+    finished = {entry["name"] for entry in entries}
     run.summary = {"evolvers": entries, "counts": {}}
     total = len(names)
+    cancelled = False
     for index, name in enumerate(names):
+        if name in finished:
+            continue
+        if EvolutionRun.objects.filter(pk=run.pk, cancel_requested=True).exists():
+            cancelled = True
+            break
         _set_progress(run, {"evolver": name, "index": index, "done": index, "total": total}, on_progress)
         started = time.perf_counter()
         entry: dict[str, Any]
@@ -310,9 +322,13 @@ def _cycle(
         "ok": len(entries) - failed,
         "failed": failed,
     }
-    run.status = RunStatus.FAILED if entries and failed == len(entries) else RunStatus.COMPLETED
+    if cancelled:
+        run.status = RunStatus.CANCELLED
+    else:
+        run.status = RunStatus.FAILED if entries and failed == len(entries) else RunStatus.COMPLETED
     run.finished_at = timezone.now()
-    run.progress = {"evolver": "", "index": total, "done": total, "total": total}
+    done = len(entries)
+    run.progress = {"evolver": "", "index": done, "done": done, "total": total}
     run.save(update_fields=["summary", "status", "finished_at", "progress"])
-    _publish(workspace.pk, {"run_id": str(run.id), "status": run.status, "done": total, "total": total})
+    _publish(workspace.pk, {"run_id": str(run.id), "status": run.status, "done": done, "total": total})
     return run

@@ -33,6 +33,7 @@ urlpatterns = [
     path("w/<slug:ws>/evolution/runs/<uuid:run_id>/", views.run_detail, name="run"),
     path("w/<slug:ws>/evolution/runs/<uuid:run_id>/progress/", views.run_progress, name="run-progress"),
     path("w/<slug:ws>/evolution/runs/<uuid:run_id>/apply/", views.run_apply, name="run-apply"),
+    path("w/<slug:ws>/evolution/runs/<uuid:run_id>/cancel/", views.run_cancel, name="run-cancel"),
     path("w/<slug:ws>/evolution/runs/<uuid:run_id>/revert/", views.run_revert, name="run-revert"),
     path("w/<slug:ws>/evolution/records/<int:record_id>/revert/", views.record_revert, name="record-revert"),
     path("w/<slug:ws>/evolution/engine/", views.engine_page, name="engine"),

@@ -36,6 +36,7 @@ from evolution import (
     dream,
     engine,
     engine_selectors,
+    jobs,
     memdir_export,
     memdir_import,
     page_selectors,
@@ -56,7 +57,15 @@ from evolution.forms import (
     RunStartForm,
     modify_form,
 )
-from evolution.models import DreamReport, EvolutionRun, Proposal, ProposalKind, ProposalStatus, RunStatus
+from evolution.models import (
+    OPEN_STATUSES,
+    DreamReport,
+    EvolutionRun,
+    Proposal,
+    ProposalKind,
+    ProposalStatus,
+    RunStatus,
+)
 from evolution.typed_selectors import contradiction_clusters
 from history import audit
 from history.models import Action, EvolutionRecord
@@ -644,7 +653,7 @@ def run_context(access: WorkspaceAccess, run: EvolutionRun, *, after: int = 0) -
     progress = run.progress or {}
     total = int(progress.get("total") or len(run.evolvers) or 1)
     done = int(progress.get("done") or 0)
-    finished = run.status != RunStatus.RUNNING
+    finished = run.status not in OPEN_STATUSES
     return {
         "access": access,
         "run": run,
@@ -665,6 +674,7 @@ def run_context(access: WorkspaceAccess, run: EvolutionRun, *, after: int = 0) -
         "progress_url": _url("run-progress", access.workspace.slug, run_id=run.id),
         "apply_url": _url("run-apply", access.workspace.slug, run_id=run.id),
         "revert_url": _url("run-revert", access.workspace.slug, run_id=run.id),
+        "cancel_url": _url("run-cancel", access.workspace.slug, run_id=run.id),
     }
 
 
@@ -694,12 +704,15 @@ def run_start(request: HttpRequest, ws: str) -> HttpResponse:
     if not form.is_valid():
         return _runs_page(request, access, form, 400)
     try:
-        run = curation.run_start(
+        run = jobs.run_enqueue(
             workspace=access.workspace, actor=request.user, evolvers=form.cleaned_data["evolvers"], dry_run=form.dry_run
         )
     except InvalidInput as exc:
         form.add_error("evolvers", exc.detail)
         return _runs_page(request, access, form, 400)
+    except Conflict as exc:
+        form.add_error(None, exc.detail)
+        return _runs_page(request, access, form, 409)
     return redirect(_url("run", ws, run_id=run.id))
 
 
@@ -741,10 +754,30 @@ def run_apply(request: HttpRequest, ws: str, run_id: uuid.UUID) -> HttpResponse:
     """Apply the evolvers a dry run previewed (a new run: the workspace may have changed since)."""
     access = _edit(request, ws)
     preview = _run(access, run_id)
-    if not preview.dry_run or preview.status == RunStatus.RUNNING:
+    if not preview.dry_run or preview.status in OPEN_STATUSES:
         messages.error(request, "Only a finished preview (dry run) can be applied from here.")
         return redirect(_url("run", ws, run_id=preview.id))
-    run = curation.run_start(workspace=access.workspace, actor=request.user, evolvers=preview.evolvers, dry_run=False)
+    try:
+        run = jobs.run_enqueue(workspace=access.workspace, actor=request.user, evolvers=preview.evolvers, dry_run=False)
+    except Conflict as exc:
+        messages.error(request, f"Not started: {exc.detail}")
+        return redirect(_url("run", ws, run_id=preview.id))
+    return redirect(_url("run", ws, run_id=run.id))
+
+
+@login_required
+@require_POST
+@domain_errors
+def run_cancel(request: HttpRequest, ws: str, run_id: uuid.UUID) -> HttpResponse:
+    """Cancel a queued run, or stop a running one before its next evolver."""
+    access = _edit(request, ws)
+    run = _run(access, run_id)
+    try:
+        jobs.run_cancel(workspace=access.workspace, run=run, actor=request.user)
+    except Conflict as exc:
+        messages.error(request, f"Not cancelled: {exc.detail}")
+    else:
+        messages.success(request, "Cancelled." if run.status == RunStatus.QUEUED else "Stopping after this evolver.")
     return redirect(_url("run", ws, run_id=run.id))
 
 

@@ -151,6 +151,9 @@ REQUEST_MAX_BULK_BYTES = config.env_int("REQUEST_MAX_BULK_BYTES", 64 * 1024 * 10
 # Django's own cap on what request.body may hold, so a direct WSGI/test client path agrees with the ASGI one.
 DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BULK_BYTES
 SESSION_PIN_TTL_SECONDS = config.env_int("SESSION_PIN_TTL_SECONDS", 24 * 3600, minimum=1)
+# Who works queued evolution runs (evolution.jobs): "thread" (a worker thread in each web process, the
+# embedded default), "external" (only `manage.py run_workers`), "inline" (the caller: tests, scripts).
+EVOLUTION_WORKER = config.env_str("EVOLUTION_WORKER", "thread")
 
 if REDIS_URL:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}

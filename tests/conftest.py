@@ -33,6 +33,13 @@ def fresh_signal_bus() -> Iterator[LocalSignalBus]:
     set_signal_bus(None)
 
 
+@pytest.fixture(autouse=True)
+def runs_inline(settings: Any) -> None:
+    """Queued evolution runs are worked by the caller before it answers (evolution.jobs' inline mode);
+    the tests of the worker thread and of run_workers switch it back."""
+    settings.EVOLUTION_WORKER = "inline"
+
+
 @pytest.fixture
 def make_user(db: None) -> Callable[..., Any]:
     def make(username: str = "alice") -> Any:

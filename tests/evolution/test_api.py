@@ -37,7 +37,7 @@ def evolve(kit: Any, *names: str, later_days: float = 0, **kwargs: Any) -> Evolu
 def test_post_run_defaults_to_a_dry_run_with_records(api: APIClient, kit: Any) -> None:
     m = old_episode(kit)
     response = api.post(url("acme", "evolution", "runs"), {"evolvers": ["ExponentialDecay"]}, format="json")
-    assert response.status_code == 201, response.content
+    assert response.status_code == 202, response.content
     body = response.json()
     assert body["dry_run"] is True
     assert body["status"] == "completed"
@@ -63,7 +63,7 @@ def test_post_run_defaults_to_a_dry_run_with_records(api: APIClient, kit: Any) -
 def test_apply_needs_explicit_false_and_changes_memories(api: APIClient, kit: Any) -> None:
     m = old_episode(kit)
     response = api.post(url("acme", "evolution", "runs"), {"dry_run": False}, format="json")
-    assert response.status_code == 201, response.content
+    assert response.status_code == 202, response.content
     assert response.json()["dry_run"] is False
     assert [e["name"] for e in response.json()["summary"]["evolvers"]][:2] == [
         "EnhancedWorkingToEpisodic",
@@ -75,7 +75,7 @@ def test_apply_needs_explicit_false_and_changes_memories(api: APIClient, kit: An
 def test_apply_alias_is_accepted_and_contradictions_refused(api: APIClient, kit: Any) -> None:
     old_episode(kit)
     ok = api.post(url("acme", "evolution", "runs"), {"apply": True, "evolvers": ["ExponentialDecay"]}, format="json")
-    assert ok.status_code == 201
+    assert ok.status_code == 202
     assert ok.json()["dry_run"] is False
     bad = api.post(url("acme", "evolution", "runs"), {"apply": True, "dry_run": True}, format="json")
     assert bad.status_code == 400
@@ -109,16 +109,17 @@ def test_unknown_evolver_is_400_naming_it(api: APIClient, workspace: Workspace) 
     assert "ExponentialDecay" in body["detail"]
 
 
-def test_viewer_may_preview_but_not_apply_or_revert(
+def test_a_viewer_starts_no_run_not_even_a_preview_and_reverts_nothing(
     kit: Any, viewer: Any, client_for: Callable[[Any], APIClient]
 ) -> None:
+    """A run costs the server a cycle over the workspace: only editors and owners start one."""
     old_episode(kit)
     client = client_for(viewer)
-    preview = client.post(url("acme", "evolution", "runs"), {}, format="json")
-    assert preview.status_code == 201
-    applied = client.post(url("acme", "evolution", "runs"), {"dry_run": False}, format="json")
-    assert applied.status_code == 403
-    assert applied.json()["error"] == "forbidden"
+    for body in ({}, {"dry_run": False}):
+        refused = client.post(url("acme", "evolution", "runs"), body, format="json")
+        assert refused.status_code == 403
+        assert refused.json()["error"] == "forbidden"
+    assert not EvolutionRun.objects.exists()
     run = evolve(kit, "ExponentialDecay")
     record = EvolutionRecord.objects.get(run=run)
     assert client.post(url("acme", "evolution", "records", str(record.pk), "revert")).status_code == 403
@@ -129,7 +130,7 @@ def test_viewer_may_preview_but_not_apply_or_revert(
 def test_editor_may_apply(kit: Any, member: Callable[[str], Any], client_for: Callable[[Any], APIClient]) -> None:
     old_episode(kit)
     client = client_for(member(Role.EDITOR))
-    assert client.post(url("acme", "evolution", "runs"), {"dry_run": False}, format="json").status_code == 201
+    assert client.post(url("acme", "evolution", "runs"), {"dry_run": False}, format="json").status_code == 202
 
 
 def test_get_run_pages_its_records(api: APIClient, kit: Any) -> None:

@@ -106,7 +106,7 @@ def test_drift_flags_list_after_the_detector_runs(api: APIClient, workspace: Wor
     run = api.post(
         url("acme", "evolution", "runs"), {"evolvers": ["PreferenceDriftDetector"], "dry_run": False}, format="json"
     )
-    assert run.status_code == 201, run.content
+    assert run.status_code == 202, run.content
     response = api.get(url("acme", "drift-flags"))
     assert response.status_code == 200
     (flag,) = response.json()["results"]
@@ -234,7 +234,7 @@ def test_summary_evolver_run_feeds_the_review_queue(api: APIClient, kit: Any) ->
     for k in range(3):
         kit.mem(f"observation {k} about the cache", memory_type="observation", subject="cache", age_days=30)
     run = api.post(url("acme", "evolution", "runs"), {"evolvers": ["SummaryEvolver"], "dry_run": False}, format="json")
-    assert run.status_code == 201, run.content
+    assert run.status_code == 202, run.content
     (item,) = api.get(url("acme", "proposals") + "?status=pending&kind=summary").json()["results"]
     assert item["payload"]["source_type"] == "observation"
     assert item["created_by"] == "SummaryEvolver"

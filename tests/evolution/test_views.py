@@ -40,12 +40,6 @@ def hx(target: str) -> dict[str, str]:
     return {**HX, "HTTP_HX_TARGET": target}
 
 
-@pytest.fixture(autouse=True)
-def runs_inline(settings: Any) -> None:
-    """Page-started runs work in the request here; the browser tests exercise the background thread."""
-    settings.EVOLUTION_PAGE_RUNS_IN_BACKGROUND = False
-
-
 @pytest.fixture
 def browser(user: Any, workspace: Workspace) -> Client:
     client = Client()
@@ -622,7 +616,7 @@ def test_a_failed_evolver_shows_its_error(browser: Client, workspace: Workspace,
 def test_a_page_started_run_works_in_the_background_and_finishes(
     workspace: Workspace, user: Any, make_memory: Callable[..., Memory], settings: Any
 ) -> None:
-    settings.EVOLUTION_PAGE_RUNS_IN_BACKGROUND = True
+    settings.EVOLUTION_WORKER = "thread"
     archived_candidates(make_memory)
     client = Client()
     client.force_login(user)
@@ -630,13 +624,11 @@ def test_a_page_started_run_works_in_the_background_and_finishes(
     run = EvolutionRun.objects.get()
     assert response["Location"] == f"{BASE}/runs/{run.id}/"
     deadline = time.monotonic() + 60
-    while run.status == RunStatus.RUNNING and time.monotonic() < deadline:
+    while run.status in (RunStatus.QUEUED, RunStatus.RUNNING) and time.monotonic() < deadline:
         time.sleep(0.05)
         run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED and run.summary["counts"]["records"] == 1
-    for worker in [t for t in threading.enumerate() if t.name == f"evolution-run-{run.pk}"]:
-        worker.join(timeout=10)
-        assert not worker.is_alive()
+    assert run.worker and any(t.name == "evolution-worker" for t in threading.enumerate())
 
 
 # -- the progress socket --------------------------------------------------------------------------

@@ -1,8 +1,15 @@
-"""Flush the Redis Streams signal bus: apply queued boosts and retrieval events to the database.
+"""The background worker: queued evolution runs and, when REDIS_URL is set, the Redis signal stream.
 
-Run one or more of these next to the web processes when REDIS_URL is set; each is a consumer of the
-``flushers`` group, so they share the stream without applying an entry twice, and a survivor takes over
-what a killed worker had read but not acknowledged. SIGTERM/SIGINT finish the current flush and exit.
+Run one or more of these next to the web processes (with EVOLUTION_WORKER=external on those, so that only
+workers work runs):
+
+- evolution runs (evolution.jobs): ``--threads`` threads claim queued runs, each run by exactly one
+  worker; a run whose worker died is taken over once its lease ran out and resumes after what committed;
+- the signal stream (REDIS_URL set): every worker is a consumer of the ``flushers`` group, so they share
+  the stream without applying an entry twice, and a survivor takes over what a killed worker had read but
+  not acknowledged. Without Redis the web process flushes its own in-process bus.
+
+SIGTERM/SIGINT finish the current flush and the runs being worked, then exit.
 """
 
 from __future__ import annotations
@@ -16,8 +23,9 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
+from evolution import jobs, runner
 from memories.signalbus.redis import DEFAULT_GROUP, DEFAULT_STREAM, RedisSignalBus
 
 log = logging.getLogger(__name__)
@@ -27,12 +35,17 @@ HOUSEKEEPING_SECONDS = 3600.0
 
 
 class Command(BaseCommand):
-    help = "Apply signals queued on the Redis stream every --interval seconds until SIGTERM/SIGINT."
+    help = (
+        "Work queued evolution runs and, when REDIS_URL is set, apply the signals queued on the Redis stream "
+        "every --interval seconds, until SIGTERM/SIGINT (--once: what is there now, then exit)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--interval", type=float, default=float(settings.SIGNAL_FLUSH_SECONDS))
         parser.add_argument("--consumer", default=None, help="consumer name (default: host-pid)")
-        parser.add_argument("--once", action="store_true", help="drain the stream once and exit")
+        parser.add_argument("--once", action="store_true", help="drain the stream and the run queue once and exit")
+        parser.add_argument("--threads", type=int, default=1, help="evolution runs worked at once (default 1)")
+        parser.add_argument("--poll", type=float, default=jobs.POLL_SECONDS, help="seconds between looks for runs")
         parser.add_argument("--stream", default=DEFAULT_STREAM, help=f"stream key (default {DEFAULT_STREAM})")
         parser.add_argument("--group", default=DEFAULT_GROUP)
         parser.add_argument(
@@ -43,33 +56,80 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if not settings.REDIS_URL:
-            raise CommandError("REDIS_URL is not set: the in-process bus is flushed by the server itself")
         interval = float(options["interval"])
         if interval <= 0:
             raise CommandError("--interval must be positive")
-        bus = RedisSignalBus(
-            settings.REDIS_URL,
-            stream=options["stream"],
-            group=options["group"],
-            consumer=options["consumer"],
-            claim_idle_ms=options["claim_idle_ms"],
-        )
+        threads = int(options["threads"])
+        if threads < 1:
+            raise CommandError("--threads must be at least 1")
+        poll = max(0.05, float(options["poll"]))
+        once = bool(options["once"])
         stop = threading.Event()
         previous = self._install_handlers(stop)
+        workers = [] if once else self._start_run_workers(stop, threads, poll)
         try:
-            self._loop(bus, interval, stop, once=bool(options["once"]))
+            if settings.REDIS_URL:
+                bus = RedisSignalBus(
+                    settings.REDIS_URL,
+                    stream=options["stream"],
+                    group=options["group"],
+                    consumer=options["consumer"],
+                    claim_idle_ms=options["claim_idle_ms"],
+                )
+                try:
+                    self._loop(bus, interval, stop, once=once)
+                finally:
+                    bus.close()
+            elif not once:
+                self.stdout.write("REDIS_URL is not set: signals are flushed by the web process itself")
+                while not stop.wait(1.0):
+                    pass
+            if once:
+                self.stdout.write(f"worked {jobs.work_available(jobs.worker_name())} evolution run(s)")
         finally:
+            stop.set()
+            for worker in workers:
+                worker.join()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-            bus.close()
+            runner.wait_for_checkpoints(timeout=60)
+
+    def _start_run_workers(self, stop: threading.Event, threads: int, poll: float) -> list[threading.Thread]:
+        self.stdout.write(f"evolution runs: {threads} worker thread(s), looking for runs every {poll:g}s")
+        workers = [
+            threading.Thread(target=self._work_runs, args=(stop, poll), name=f"run-worker-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        for worker in workers:
+            worker.start()
+        return workers
+
+    def _work_runs(self, stop: threading.Event, poll: float) -> None:
+        name = jobs.worker_name()
+        while not stop.is_set():
+            try:
+                close_old_connections()
+                run = jobs.claim(None, name)
+                if run is None:
+                    stop.wait(poll)
+                    continue
+                started = time.monotonic()
+                done = jobs.work(run)
+                self.stdout.write(
+                    f"run {done.id} ({done.workspace.slug}): {done.status} in {time.monotonic() - started:.1f} s"
+                )
+            except Exception:
+                log.exception("evolution worker %s: a run failed outside its evolvers; going on", name)
+                stop.wait(poll)
+            finally:
+                connections.close_all()
 
     def _install_handlers(self, stop: threading.Event) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
             return {}  # signal handlers can only be set from the main thread
 
         def request_stop(signum: int, frame: FrameType | None) -> None:
-            self.stdout.write(f"{signal.Signals(signum).name}: finishing the current flush, then exiting")
+            self.stdout.write(f"{signal.Signals(signum).name}: finishing the current flush and runs, then exiting")
             stop.set()
 
         return {signum: signal.signal(signum, request_stop) for signum in (signal.SIGTERM, signal.SIGINT)}

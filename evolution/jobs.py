@@ -1,0 +1,219 @@
+"""Evolution runs as background jobs: enqueue, claim, work, cancel, and take over a dead worker's run.
+
+The run row is the job: ``queued`` -> ``running`` -> ``completed`` | ``failed`` | ``cancelled``. A request
+only writes the queued row and answers; a worker works it:
+
+- ``manage.py run_workers``: any number of processes on any number of machines beside the web servers;
+- ``EVOLUTION_WORKER=thread`` (the embedded default): one worker thread inside the web process, woken when
+  a run is queued, so that one command still runs everything;
+- ``EVOLUTION_WORKER=inline``: the caller works the run before it answers (tests, scripts);
+- ``EVOLUTION_WORKER=external``: the web process never works runs (run_workers does).
+
+Claiming is one conditional UPDATE whose row count says who won, so exactly one worker takes a run on
+SQLite and PostgreSQL alike. A worker refreshes the run's heartbeat between evolvers and while one works;
+a run whose heartbeat is older than ``LEASE`` belongs to a worker that died and is taken over. The taken-over
+run resumes after the last evolver whose transaction committed (the run summary commits with that
+evolver's writes, see evolution.runner), so nothing is applied twice and nothing is lost. Cancelling a
+queued run ends it at once; a running one stops before its next evolver (what committed stays, revertible).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Final
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import close_old_connections, connections, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from core.errors import Conflict, InvalidInput
+from evolution import runner
+from evolution.evolvers import resolve_names
+from evolution.models import OPEN_STATUSES, EvolutionRun, RunStatus
+from history import audit
+from memories import live
+from memories.models import Workspace
+
+log = logging.getLogger(__name__)
+
+User = AbstractBaseUser | AnonymousUser
+MODES: Final = ("thread", "inline", "external")
+# A worker that has not refreshed its run's heartbeat for this long is taken to be dead.
+LEASE: Final = timedelta(seconds=120)
+# How often an idle worker looks for queued runs it was not woken for (another process queued them).
+POLL_SECONDS: Final = 2.0
+
+
+def worker_mode() -> str:
+    mode = str(getattr(settings, "EVOLUTION_WORKER", "thread"))
+    if mode not in MODES:
+        raise InvalidInput(f"EVOLUTION_WORKER={mode!r}: expected one of {', '.join(MODES)}", field="EVOLUTION_WORKER")
+    return mode
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+def run_enqueue(
+    *, workspace: Workspace, actor: User | None, evolvers: Sequence[str] | None, dry_run: bool
+) -> EvolutionRun:
+    """Queue a run of ``evolvers`` (default: the enhanced cycle), in cycle order; returns the queued run.
+
+    Unknown names raise InvalidInput and nothing is written. A workspace has at most one applied run
+    queued or running: another is a Conflict (409 ``run_in_progress``) naming it. The worker is woken
+    once the row is committed (inline mode works the run here and returns it finished).
+    """
+    names = resolve_names(evolvers)
+    with transaction.atomic():
+        # Serialises two requests queuing applied runs of one workspace (SQLite holds its write lock).
+        Workspace.objects.select_for_update().filter(pk=workspace.pk).values_list("pk").first()
+        if not dry_run:
+            busy = (
+                EvolutionRun.objects.filter(workspace=workspace, dry_run=False, status__in=OPEN_STATUSES)
+                .order_by("started_at")
+                .first()
+            )
+            if busy is not None:
+                raise Conflict(
+                    f"run {busy.id} of workspace {workspace.slug!r} is {busy.status}; one applied run at a time "
+                    "(cancel it or wait for it to finish)",
+                    code="run_in_progress",
+                )
+        run = EvolutionRun.objects.create(
+            workspace=workspace,
+            evolvers=names,
+            dry_run=dry_run,
+            status=RunStatus.QUEUED,
+            started_by=audit.actor_or_none(actor),
+            started_at=timezone.now(),
+            progress={"evolver": "", "index": 0, "done": 0, "total": len(names)},
+        )
+        _announce(run)
+    mode = worker_mode()
+    if mode == "inline":
+        claimed = claim(run.pk, worker_name())
+        return work(claimed) if claimed is not None else run
+    if mode == "thread":
+        transaction.on_commit(_thread_worker.wake)
+    return run
+
+
+def run_cancel(*, workspace: Workspace, run: EvolutionRun, actor: User | None) -> EvolutionRun:
+    """Cancel a queued run at once, or ask a running one to stop before its next evolver.
+
+    A finished run is a Conflict (409 ``run_finished``). Returns the run as it is now.
+    """
+    if run.workspace_id != workspace.pk:
+        raise Conflict("run belongs to another workspace", code="not_found")
+    now = timezone.now()
+    with transaction.atomic():
+        if EvolutionRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
+            status=RunStatus.CANCELLED, finished_at=now, cancel_requested=True
+        ):
+            log.info("run %s cancelled before it started by %s", run.pk, audit.actor_or_none(actor))
+        elif not EvolutionRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(cancel_requested=True):
+            run.refresh_from_db()
+            raise Conflict(
+                f"run {run.id} is {run.status}; only a queued or running run can be cancelled", code="run_finished"
+            )
+    run.refresh_from_db()
+    _announce(run)
+    return run
+
+
+def claim(run_id: uuid.UUID | None, worker: str, now: datetime | None = None) -> EvolutionRun | None:
+    """Take one run for ``worker``: ``run_id`` if given, else the oldest queued run, else the oldest run
+    whose worker's lease ran out. None when there is nothing to take (or another worker won it)."""
+    now = now or timezone.now()
+    claimable = Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, heartbeat_at__lt=now - LEASE)
+    candidates = EvolutionRun.objects.filter(claimable)
+    if run_id is not None:
+        candidates = candidates.filter(pk=run_id)
+    for pk in candidates.order_by("started_at").values_list("pk", flat=True)[:8]:
+        won = EvolutionRun.objects.filter(claimable, pk=pk).update(
+            status=RunStatus.RUNNING, worker=worker, heartbeat_at=now
+        )
+        if won:
+            return EvolutionRun.objects.select_related("workspace").get(pk=pk)
+    return None
+
+
+def work(run: EvolutionRun) -> EvolutionRun:
+    """Work a claimed run to its end; an error outside the evolvers (they are contained) fails it."""
+    try:
+        return runner.cycle_run(run=run, names=list(run.evolvers), now=run.started_at)
+    except Exception as exc:
+        log.exception("evolution run %s failed outside its evolvers", run.pk)
+        EvolutionRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+            status=RunStatus.FAILED, finished_at=timezone.now()
+        )
+        run.refresh_from_db()
+        run.summary = {**(run.summary or {}), "error": f"{type(exc).__name__}: {exc}"}
+        run.save(update_fields=["summary"])
+        _announce(run)
+        return run
+
+
+def work_available(worker: str, *, limit: int | None = None) -> int:
+    """Claim and work runs until none is left (or ``limit`` were worked); returns how many were worked."""
+    done = 0
+    while limit is None or done < limit:
+        run = claim(None, worker)
+        if run is None:
+            break
+        work(run)
+        done += 1
+    return done
+
+
+def _announce(run: EvolutionRun) -> None:
+    live.workspace_event_on_commit(
+        run.workspace_id,
+        runner.PROGRESS_EVENT,
+        {"run_id": str(run.id), "status": run.status, **(run.progress or {})},
+    )
+
+
+class _ThreadWorker:
+    """The embedded default's worker: one daemon thread per process, started by the first queued run,
+    woken by each later one, and looking for runs queued elsewhere every ``POLL_SECONDS``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def wake(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="evolution-worker", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        name = worker_name()
+        while True:
+            self._wake.wait(POLL_SECONDS)
+            self._wake.clear()
+            try:
+                if worker_mode() != "thread":
+                    continue  # switched off since it started (settings changed under a running process)
+                close_old_connections()
+                work_available(name)
+            except Exception:
+                log.exception("the evolution worker thread failed; it goes on")
+            finally:
+                # The thread's own connection: nobody else closes it.
+                connections.close_all()
+
+
+_thread_worker = _ThreadWorker()
