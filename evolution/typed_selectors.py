@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from evolution.algorithms.compression import FULL_MIN_ACTIVATION, PROTECTED_ORIG
 from evolution.algorithms.typed import contradiction_clusters as cluster_algorithm
 from evolution.models import Proposal, ProposalKind, ProposalStatus
 from evolution.selectors import EpochSeconds, IdText
+from memories.algorithms.activation import decayed_activation_array
 from memories.algorithms.embedding import BLOB_DTYPE, Embedder, FloatMatrix
 from memories.models import CompressionTier, Memory, MemoryType, Status, Workspace
 from memories.selectors import embedding_of
@@ -226,26 +228,47 @@ def proposal_keys(*, workspace: Workspace, keys: Sequence[str]) -> set[str]:
     return found
 
 
-def compression_rows(*, workspace: Workspace) -> list[tuple[str, float, float, int, int]]:
-    """Memories that may still move down the ladder: (id, stored activation, created_at epoch seconds,
-    origin_tier, compression_tier).
+def compression_rows(*, workspace: Workspace, now: datetime) -> list[tuple[str, float, float, int, int]]:
+    """Memories that may still move down the ladder: (id, activation decayed to ``now``, created_at epoch
+    seconds, origin_tier, compression_tier).
 
-    Only active or archived, unpinned memories above TOMBSTONE, not of origin tier 1, whose stored
-    activation is below the FULL threshold: every other memory's ladder target is its current tier, so
-    the database leaves them out rather than the arithmetic.
+    Only active or archived, unpinned memories above TOMBSTONE, not of origin tier 1, whose activation at
+    ``now`` is below the FULL threshold. The activation is the stored one decayed since its last boost (a
+    memory boosted once a hundred days ago is cold now, whatever value that boost left), so the stored
+    value cannot filter in the database; the decay is one vectorised pass over the candidates.
     """
-    rows = Memory.objects.filter(
-        workspace=workspace,
-        status__in=[Status.ACTIVE, Status.ARCHIVED],
-        pinned=False,
-        compression_tier__lt=CompressionTier.TOMBSTONE,
-        activation_score__lt=FULL_MIN_ACTIVATION,
-    ).exclude(origin_tier=PROTECTED_ORIGIN_TIER)
-    return list(
-        rows.values_list(
-            IdText("id"), "activation_score", EpochSeconds("created_at"), "origin_tier", "compression_tier"
+    rows = list(
+        Memory.objects.filter(
+            workspace=workspace,
+            status__in=[Status.ACTIVE, Status.ARCHIVED],
+            pinned=False,
+            compression_tier__lt=CompressionTier.TOMBSTONE,
+        )
+        .exclude(origin_tier=PROTECTED_ORIGIN_TIER)
+        .values_list(
+            IdText("id"),
+            "activation_score",
+            EpochSeconds("activation_last_boost_at"),
+            "activation_half_life_hours",
+            EpochSeconds("created_at"),
+            "origin_tier",
+            "compression_tier",
         )
     )
+    if not rows:
+        return []
+    n = len(rows)
+    boosted = np.array([np.nan if r[2] is None else float(r[2]) for r in rows], dtype=np.float64)
+    activation = decayed_activation_array(
+        np.fromiter((r[1] for r in rows), np.float64, n),
+        (now.timestamp() - boosted) / 3600.0,
+        np.fromiter((r[3] for r in rows), np.float64, n),
+    )
+    return [
+        (r[0], float(a), float(r[4]), int(r[5]), int(r[6]))
+        for r, a in zip(rows, activation.tolist(), strict=True)
+        if a < FULL_MIN_ACTIVATION
+    ]
 
 
 def compression_contents(*, workspace: Workspace, ids: Sequence[str]) -> dict[str, tuple[str, list[dict[str, Any]]]]:

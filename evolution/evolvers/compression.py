@@ -1,10 +1,11 @@
 """The compression ladder, opt-in per workspace: FULL -> SUMMARY -> SKELETON -> TOMBSTONE.
 
-Off unless `workspace.evolution_settings["compression_enabled"]` is true. Target tier by *stored*
-activation (the value the boosts wrote, not decayed to now): >= 0.40 FULL, >= 0.15 SUMMARY, >= 0.05
-SKELETON, below that SKELETON until 30 days old, then TOMBSTONE (evolution.algorithms.compression).
-Only downward; FORGOTTEN only by explicit action. Never compressed: origin tier 1 (written by a person:
-user:, cli:, api:, import:), pinned memories, and memories that are neither active nor archived.
+Off unless `workspace.evolution_settings["compression_enabled"]` is true. Target tier by activation
+decayed to the run's time (the value the last boost wrote, faded since with the memory's half-life):
+>= 0.40 FULL, >= 0.15 SUMMARY, >= 0.05 SKELETON, below that SKELETON until 30 days old, then TOMBSTONE
+(evolution.algorithms.compression). Only downward; FORGOTTEN only by explicit action. Never compressed:
+origin tier 1 (written by a person: user:, cli:, api:, import:), pinned memories, and memories that are
+neither active nor archived.
 
 Content at each rung is computed from the FULL content, through the LLMClient (extractive and offline
 by default): SUMMARY = a digest of at most 40% of the length keeping names, numbers and decisions;
@@ -84,7 +85,7 @@ class CompressionLadder:
         if not compression_enabled(workspace):
             result.stats.update(enabled=0, compressed=0)
             return result
-        rows = typed_selectors.compression_rows(workspace=workspace)
+        rows = typed_selectors.compression_rows(workspace=workspace, now=now)
         n = len(rows)
         now_ts = now.timestamp()
         plan = compression_plan(

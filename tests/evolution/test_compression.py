@@ -3,6 +3,7 @@ protected memories, LLM client use and failure, rehydrate and exact revert."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from evolution.llm import FakeClient, LLMError
 from history.models import EvolutionRecord
 from memories import services as memory_services
 from memories.models import CompressionTier, Memory, Workspace
+from tests.evolution.conftest import NOW
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
@@ -34,7 +36,14 @@ def enabled(workspace: Workspace) -> Workspace:
 
 
 def agent_memory(kit: Any, activation: float, age_days: float = 5.0, **fields: Any) -> Memory:
-    values = {"origin": "agent:bot", "origin_tier": 2, "activation_score": activation, **fields}
+    """An agent's memory whose activation is ``activation`` at the run's time (boosted to it just now)."""
+    values = {
+        "origin": "agent:bot",
+        "origin_tier": 2,
+        "activation_score": activation,
+        "activation_last_boost_at": NOW,
+        **fields,
+    }
     memory: Memory = kit.mem(TEXT, memory_type="episodic", age_days=age_days, **values)
     return memory
 
@@ -51,7 +60,7 @@ def test_compression_is_off_unless_the_workspace_opts_in(kit: Any) -> None:
     assert run.summary["evolvers"][0]["stats"]["enabled"] == 0
 
 
-def test_reference_tiers_by_stored_activation(kit: Any, enabled: Workspace) -> None:
+def test_reference_tiers_by_activation_at_the_run_time(kit: Any, enabled: Workspace) -> None:
     warm = agent_memory(kit, 0.40)
     summary = agent_memory(kit, 0.39)
     skeleton = agent_memory(kit, 0.149)
@@ -63,6 +72,16 @@ def test_reference_tiers_by_stored_activation(kit: Any, enabled: Workspace) -> N
     assert fresh(skeleton).compression_tier == CompressionTier.SKELETON
     assert fresh(young_cold).compression_tier == CompressionTier.SKELETON
     assert fresh(old_cold).compression_tier == CompressionTier.TOMBSTONE
+
+
+def test_a_memory_nobody_used_for_a_hundred_days_fades_down_the_ladder(kit: Any, enabled: Workspace) -> None:
+    """Its last boost left 0.9, a hundred days ago: with a 30-day half-life it is at 0.09 now, so the
+    ladder takes it to SKELETON although the stored value is far above FULL's threshold."""
+    cold = agent_memory(kit, 0.9, age_days=120, activation_last_boost_at=NOW - timedelta(days=100))
+    used = agent_memory(kit, 0.9, age_days=120, activation_last_boost_at=NOW - timedelta(days=1))
+    kit.run("CompressionLadder")
+    assert fresh(cold).compression_tier == CompressionTier.SKELETON
+    assert fresh(used).compression_tier == CompressionTier.FULL
 
 
 def test_each_rung_has_the_seed_content_and_keeps_a_snapshot(kit: Any, enabled: Workspace) -> None:
