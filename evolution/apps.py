@@ -19,4 +19,5 @@ class EvolutionConfig(AppConfig):
         # evolution.dream_proposals what approving a merge, a reflection or a promotion does.
         import evolution.dream_proposals
         import evolution.engine
+        import evolution.jobs  # registers the cycle schedule setting
         import evolution.merges  # noqa: F401

@@ -23,6 +23,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -41,6 +42,7 @@ from evolution.models import OPEN_STATUSES, EvolutionRun, RunStatus
 from history import audit
 from memories import live
 from memories.models import Workspace
+from surfacing.settings import register_evolution_setting
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,64 @@ def worker_mode() -> str:
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+SCHEDULE_SETTING: Final = "cycle_every_hours"
+# How often a worker looks for workspaces whose scheduled cycle is due.
+SCHEDULE_CHECK_SECONDS: Final = 60.0
+MAX_SCHEDULE_HOURS: Final = 24 * 365
+
+
+def _schedule_hours(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_SCHEDULE_HOURS:
+        raise InvalidInput(f"{name}: expected hours between 0 (off) and {MAX_SCHEDULE_HOURS}", field=name)
+    return float(value)
+
+
+register_evolution_setting(SCHEDULE_SETTING, 0.0, _schedule_hours)
+
+
+def schedule_hours(workspace: Workspace) -> float:
+    """Hours between the workspace's scheduled applied cycles; 0 when it has no schedule."""
+    value = (workspace.evolution_settings or {}).get(SCHEDULE_SETTING)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else 0.0
+
+
+def schedule_due(now: datetime | None = None) -> list[EvolutionRun]:
+    """Queue the applied cycle of every workspace whose schedule is due; returns the runs queued.
+
+    Due: ``cycle_every_hours`` > 0 and no scheduled run started within that many hours. Checked and
+    queued under the workspace's lock, so several workers looking at once queue it once; a workspace
+    with an applied run still open is skipped (its schedule is due again at the next look).
+    """
+    now = now or timezone.now()
+    queued: list[EvolutionRun] = []
+    for workspace in Workspace.objects.filter(**{f"evolution_settings__{SCHEDULE_SETTING}__gt": 0}):
+        hours = schedule_hours(workspace)
+        if hours <= 0:
+            continue
+        with transaction.atomic():
+            Workspace.objects.select_for_update().filter(pk=workspace.pk).values_list("pk").first()
+            recent = EvolutionRun.objects.filter(
+                workspace=workspace, scheduled=True, started_at__gt=now - timedelta(hours=hours)
+            ).exists()
+            busy = EvolutionRun.objects.filter(workspace=workspace, dry_run=False, status__in=OPEN_STATUSES).exists()
+            if recent or busy:
+                continue
+            names = resolve_names(None)
+            run = EvolutionRun.objects.create(
+                workspace=workspace,
+                evolvers=names,
+                dry_run=False,
+                scheduled=True,
+                status=RunStatus.QUEUED,
+                started_at=now,
+                progress={"evolver": "", "index": 0, "done": 0, "total": len(names)},
+            )
+            _announce(run)
+        log.info("scheduled cycle of workspace %s queued as run %s (every %g h)", workspace.slug, run.pk, hours)
+        queued.append(run)
+    return queued
 
 
 def run_enqueue(
@@ -163,6 +223,23 @@ def work(run: EvolutionRun) -> EvolutionRun:
         return run
 
 
+class ScheduleClock:
+    """Calls ``schedule_due`` at most every ``SCHEDULE_CHECK_SECONDS`` for one worker loop."""
+
+    def __init__(self) -> None:
+        self._last = float("-inf")
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now - self._last < SCHEDULE_CHECK_SECONDS:
+            return
+        self._last = now
+        try:
+            schedule_due()
+        except Exception:
+            log.exception("looking for scheduled cycles failed; trying again in %g s", SCHEDULE_CHECK_SECONDS)
+
+
 def work_available(worker: str, *, limit: int | None = None) -> int:
     """Claim and work runs until none is left (or ``limit`` were worked); returns how many were worked."""
     done = 0
@@ -191,9 +268,25 @@ class _ThreadWorker:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._schedule = ScheduleClock()
+
+    def start(self) -> None:
+        """Start the thread if it is not running (a web process starts it so that schedules run)."""
+        self.wake()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the thread after the run it is working (process exit, tests)."""
+        with self._lock:
+            thread = self._thread
+            self._stop.set()
+        self._wake.set()
+        if thread is not None:
+            thread.join(timeout)
 
     def wake(self) -> None:
         with self._lock:
+            self._stop.clear()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="evolution-worker", daemon=True)
                 self._thread.start()
@@ -201,13 +294,16 @@ class _ThreadWorker:
 
     def _run(self) -> None:
         name = worker_name()
-        while True:
+        while not self._stop.is_set():
             self._wake.wait(POLL_SECONDS)
             self._wake.clear()
+            if self._stop.is_set():
+                break
             try:
                 if worker_mode() != "thread":
                     continue  # switched off since it started (settings changed under a running process)
                 close_old_connections()
+                self._schedule.tick()
                 work_available(name)
             except Exception:
                 log.exception("the evolution worker thread failed; it goes on")
@@ -217,3 +313,16 @@ class _ThreadWorker:
 
 
 _thread_worker = _ThreadWorker()
+
+
+def start_thread_worker() -> bool:
+    """Start this process's worker thread when ``EVOLUTION_WORKER`` is ``thread``; True if it runs."""
+    if worker_mode() != "thread":
+        return False
+    _thread_worker.start()
+    return True
+
+
+def stop_thread_worker(timeout: float | None = None) -> None:
+    """Stop this process's worker thread, if it runs, once its current run is done."""
+    _thread_worker.stop(timeout)

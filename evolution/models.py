@@ -44,6 +44,8 @@ class EvolutionRun(models.Model):
     worker = models.CharField(max_length=200, blank=True, default="")
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
+    # Queued by the workspace's schedule (evolution.jobs.schedule_due), not by a person or a command.
+    scheduled = models.BooleanField(default=False)
 
     class Meta:
         indexes: ClassVar = [

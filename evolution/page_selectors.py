@@ -183,3 +183,8 @@ def replace_records(*, workspace: Workspace, ids: Sequence[uuid.UUID], per_memor
         dry_run=False,
     ).distinct()
     return list(rows.order_by("-id")[: per_memory * len(ids)])
+
+
+def last_scheduled_run(*, workspace: Workspace) -> EvolutionRun | None:
+    """The newest run the workspace's schedule queued (any status)."""
+    return EvolutionRun.objects.filter(workspace=workspace, scheduled=True).order_by("-started_at").first()

@@ -30,6 +30,7 @@ urlpatterns = [
     ),
     path("w/<slug:ws>/evolution/runs/", views.runs, name="runs"),
     path("w/<slug:ws>/evolution/runs/start/", views.run_start, name="run-start"),
+    path("w/<slug:ws>/evolution/runs/schedule/", views.run_schedule, name="run-schedule"),
     path("w/<slug:ws>/evolution/runs/<uuid:run_id>/", views.run_detail, name="run"),
     path("w/<slug:ws>/evolution/runs/<uuid:run_id>/progress/", views.run_progress, name="run-progress"),
     path("w/<slug:ws>/evolution/runs/<uuid:run_id>/apply/", views.run_apply, name="run-apply"),

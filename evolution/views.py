@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from django.contrib import messages
@@ -78,6 +78,7 @@ from memories.models import Memory, Status
 from memories.selectors import WorkspaceAccess
 from memories.views import Change, domain_errors
 from memories.web import safe_next
+from surfacing import services as surfacing_services
 
 TABS: Final = ("pending", "decided", "vetoed")
 QUEUE_PAGE: Final = 50
@@ -682,9 +683,48 @@ RUNS: Final = "evolution/runs.html"
 RUN: Final = "evolution/run.html"
 
 
-def _runs_page(request: HttpRequest, access: WorkspaceAccess, form: RunStartForm, status: int = 200) -> HttpResponse:
+def _runs_page(
+    request: HttpRequest,
+    access: WorkspaceAccess,
+    form: RunStartForm,
+    status: int = 200,
+    schedule_error: str = "",
+) -> HttpResponse:
     runs = page_selectors.run_history(workspace=access.workspace)
-    return render(request, RUNS, {"access": access, "form": form, "runs": runs}, status=status)
+    hours = jobs.schedule_hours(access.workspace)
+    last = page_selectors.last_scheduled_run(workspace=access.workspace) if hours else None
+    context = {
+        "access": access,
+        "form": form,
+        "runs": runs,
+        "schedule_hours": hours,
+        "schedule_last": last,
+        "schedule_next": (last.started_at + timedelta(hours=hours)) if last is not None else None,
+        "schedule_error": schedule_error,
+    }
+    return render(request, RUNS, context, status=status)
+
+
+@login_required
+@require_POST
+@domain_errors
+def run_schedule(request: HttpRequest, ws: str) -> HttpResponse:
+    """Set the workspace's scheduled applied cycle (hours between runs; 0 turns it off), audited as a
+    settings change; a worker queues the cycle when it is due."""
+    access = _edit(request, ws)
+    raw = request.POST.get("hours", "").strip()
+    try:
+        hours = float(raw)
+    except ValueError:
+        return _runs_page(request, access, RunStartForm(), 400, f"hours: {raw!r} is not a number")
+    try:
+        surfacing_services.settings_update(
+            workspace=access.workspace, actor=request.user, evolution={jobs.SCHEDULE_SETTING: hours}
+        )
+    except InvalidInput as exc:
+        return _runs_page(request, access, RunStartForm(), 400, exc.detail)
+    messages.success(request, f"Applied cycle every {hours:g} h." if hours else "Scheduled cycle turned off.")
+    return redirect(_url("runs", ws))
 
 
 @login_required

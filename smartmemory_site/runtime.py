@@ -7,15 +7,24 @@ import logging
 
 from django.conf import settings
 
+from evolution import jobs
 from memories.signalbus import LocalSignalBus, signal_bus
 
 log = logging.getLogger(__name__)
 
 
 def start_background_workers() -> None:
-    """Start the in-process boost flusher; with REDIS_URL the run_workers processes do this work."""
-    if not settings.SIGNAL_BACKGROUND_FLUSH:
-        return
+    """Start the in-process boost flusher (with REDIS_URL the run_workers processes do this work) and,
+    with EVOLUTION_WORKER=thread (the embedded default), the thread that works queued evolution runs and
+    queues the workspaces' scheduled cycles."""
+    if settings.SIGNAL_BACKGROUND_FLUSH:
+        _start_signal_flusher()
+    if jobs.start_thread_worker():
+        atexit.register(jobs.stop_thread_worker, 30.0)
+        log.info("evolution worker thread started")
+
+
+def _start_signal_flusher() -> None:
     bus = signal_bus()
     if isinstance(bus, LocalSignalBus):
         bus.start()

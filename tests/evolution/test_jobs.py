@@ -172,3 +172,41 @@ def test_the_worker_thread_of_the_web_process_works_a_queued_run(kit: Any, setti
         finished.wait(0.05)
     assert finished.is_set() and run.status == RunStatus.COMPLETED
     assert any(t.name == "evolution-worker" for t in threading.enumerate())
+    jobs.stop_thread_worker(timeout=10)
+    assert not any(t.name == "evolution-worker" for t in threading.enumerate())
+
+
+# -- the per-workspace schedule ---------------------------------------------------------------------
+
+
+def test_a_workspace_schedule_queues_one_applied_cycle_per_period(
+    api: APIClient, kit: Any, external: None, other_workspace: Workspace
+) -> None:
+    """Set through the settings API; looked at twice (two workers) it queues once; due again a period
+    later (the clock is passed in, so the test ages the workspace instead of waiting)."""
+    patched = api.patch("/api/v1/workspaces/acme/settings/", {"evolution": {"cycle_every_hours": 6}}, format="json")
+    assert patched.status_code == 200, patched.content
+    start = timezone.now()
+    (first,) = jobs.schedule_due(start)
+    assert first.scheduled and not first.dry_run and first.status == RunStatus.QUEUED
+    assert jobs.schedule_due(start) == []  # a second worker looking at the same time
+    assert jobs.work_available("w1") == 1
+    assert jobs.schedule_due(start + timedelta(hours=5)) == []
+    (second,) = jobs.schedule_due(start + timedelta(hours=6, seconds=1))
+    assert second.workspace_id == kit.workspace.pk
+    assert not EvolutionRun.objects.filter(workspace=other_workspace).exists()
+
+
+def test_a_schedule_waits_while_an_applied_run_is_open(api: APIClient, kit: Any, external: None) -> None:
+    api.patch("/api/v1/workspaces/acme/settings/", {"evolution": {"cycle_every_hours": 1}}, format="json")
+    jobs.run_enqueue(workspace=kit.workspace, actor=None, evolvers=None, dry_run=False)
+    assert jobs.schedule_due() == []
+
+
+@pytest.mark.parametrize("bad", [-1, "6", True, 10**6])
+def test_a_schedule_outside_zero_to_a_year_of_hours_is_refused(
+    api: APIClient, workspace: Workspace, bad: object
+) -> None:
+    response = api.patch("/api/v1/workspaces/acme/settings/", {"evolution": {"cycle_every_hours": bad}}, format="json")
+    assert response.status_code == 400
+    assert response.json()["field"] == "evolution.cycle_every_hours"

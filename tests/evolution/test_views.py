@@ -19,7 +19,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.utils import timezone
 
-from evolution import curation, engine, engine_inputs, memdir_export, proposals, services
+from evolution import curation, engine, engine_inputs, jobs, memdir_export, proposals, services
 from evolution.consumers import RunProgressConsumer
 from evolution.models import DreamReport, EvolutionRun, Outcome, Proposal, ProposalKind, ProposalStatus, RunStatus
 from evolution.runner import PROGRESS_EVENT
@@ -629,6 +629,7 @@ def test_a_page_started_run_works_in_the_background_and_finishes(
         run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED and run.summary["counts"]["records"] == 1
     assert run.worker and any(t.name == "evolution-worker" for t in threading.enumerate())
+    jobs.stop_thread_worker(timeout=10)
 
 
 # -- the progress socket --------------------------------------------------------------------------
@@ -787,3 +788,23 @@ def test_a_viewer_reads_the_engine_and_a_member_role_change_shows_buttons(
     assert ">Run engine evolve" not in html_of(viewer_browser.get(BASE + "/engine/"))
     memory_services.membership_set(workspace=workspace, user=viewer, role=Role.EDITOR)
     assert ">Run engine evolve" in html_of(viewer_browser.get(BASE + "/engine/"))
+
+
+def test_the_runs_page_shows_and_edits_the_workspace_schedule(
+    browser: Client, viewer_browser: Client, workspace: Workspace
+) -> None:
+    assert "No scheduled cycle" in html_of(browser.get(BASE + "/runs/"))
+    saved = browser.post(BASE + "/runs/schedule/", {"hours": "12"})
+    assert saved.status_code == 302
+    workspace.refresh_from_db()
+    assert workspace.evolution_settings["cycle_every_hours"] == 12.0
+    assert "every <strong>12 h</strong>" in html_of(browser.get(BASE + "/runs/"))
+    refused = browser.post(BASE + "/runs/schedule/", {"hours": "soon"})
+    assert refused.status_code == 400 and "is not a number" in html_of(refused)
+    too_long = browser.post(BASE + "/runs/schedule/", {"hours": "100000"})
+    assert too_long.status_code == 400 and "cycle_every_hours" in html_of(too_long)
+    assert viewer_browser.post(BASE + "/runs/schedule/", {"hours": "0"}).status_code in (403, 404)
+    workspace.refresh_from_db()
+    assert workspace.evolution_settings["cycle_every_hours"] == 12.0
+    assert browser.post(BASE + "/runs/schedule/", {"hours": "0"}).status_code == 302
+    assert "No scheduled cycle" in html_of(browser.get(BASE + "/runs/"))

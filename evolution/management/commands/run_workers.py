@@ -106,9 +106,11 @@ class Command(BaseCommand):
 
     def _work_runs(self, stop: threading.Event, poll: float) -> None:
         name = jobs.worker_name()
+        schedule = jobs.ScheduleClock()
         while not stop.is_set():
             try:
                 close_old_connections()
+                schedule.tick()
                 run = jobs.claim(None, name)
                 if run is None:
                     stop.wait(poll)
