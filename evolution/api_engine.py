@@ -164,6 +164,13 @@ class CorrectionCreateApi(APIView):
         return Response(memory_json(memory, timezone.now(), workspace=access.workspace), status=status.HTTP_201_CREATED)
 
 
+class ReflectionKnownOut(MemoryOut):
+    deduplicated = serializers.ChoiceField(
+        choices=["same_reflection", "hot_rule"],
+        help_text="why nothing was written: the same reflection is stored, or a HOT rule holds its lesson",
+    )
+
+
 class ReflectionCreateApi(APIView):
     InputSerializer = inline_serializer(
         "ReflectionIn",
@@ -176,14 +183,21 @@ class ReflectionCreateApi(APIView):
         },
     )
 
-    @extend_schema(request=InputSerializer, responses={201: MemoryOut, **ERRORS})
+    @extend_schema(
+        request=InputSerializer,
+        responses={201: MemoryOut, 200: ReflectionKnownOut, **ERRORS},
+        description="201 with the new reflection; 200 with the memory that already holds it (the same "
+        "reflection, or a HOT rule of its lesson) and `deduplicated` saying which, when nothing was written.",
+    )
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         item = engine_inputs.reflection_input(request.data)
         recorded = engine.reflection_record(workspace=access.workspace, actor=request.user, item=item)
-        return Response(
-            memory_json(recorded.memory, timezone.now(), workspace=access.workspace), status=status.HTTP_201_CREATED
-        )
+        body = memory_json(recorded.memory, timezone.now(), workspace=access.workspace)
+        if recorded.deduplicated:
+            # Nothing written: the answer is the memory that already holds it, and why.
+            return Response({**body, "deduplicated": recorded.deduplicated}, status=status.HTTP_200_OK)
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
 class WorldModelOut(serializers.Serializer[Any]):

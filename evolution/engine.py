@@ -32,7 +32,7 @@ import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -99,6 +99,9 @@ class OutcomeRecorded:
 class ReflectionRecorded:
     memory: Memory
     evolved: EvolveResult | None
+    # Why nothing was written, when the memory is one the workspace already had: "same_reflection" (the
+    # same three lines are stored and active) or "hot_rule" (a HOT rule already holds the lesson).
+    deduplicated: str = ""
 
 
 # --------------------------------------------------------------------------------------------- recording
@@ -165,15 +168,61 @@ def reflection_record(
     the fields in ``metadata["reflection"]``). Its lesson runs the engine like an outcome's unless ``evolve``
     is False or it is the dream's own log."""
     now = now or timezone.now()
+    own_log = subject_key(item.topic or "") == DREAM_TOPIC
+    if not own_log:
+        known = _known_reflection(workspace, item, now)
+        if known is not None:
+            return ReflectionRecorded(memory=known[0], evolved=None, deduplicated=known[1])
     (memory,) = memories_create(
         workspace=workspace,
         actor=actor,
         channel=channel,
         items=[reflection_memory_input(item, origin=origin)],
     )
-    counts = evolve and subject_key(item.topic or "") != DREAM_TOPIC
+    counts = evolve and not own_log
     evolved = _evolve_for_lesson(workspace, item.lesson, now) if counts else None
     return ReflectionRecorded(memory=memory, evolved=evolved)
+
+
+# A reflection repeated within this window (or with the same created_at) is a retry, not a recurrence.
+REFLECTION_RETRY_WINDOW = timedelta(minutes=10)
+
+
+def _known_reflection(workspace: Workspace, item: ReflectionInput, now: datetime) -> tuple[Memory, str] | None:
+    """The memory that already holds ``item``: a HOT rule of its lesson, or the same reflection (context,
+    reflection, lesson and topic compared as ``lesson_key`` compares lessons) posted again as a retry: with the
+    same ``created_at``, or within ``REFLECTION_RETRY_WINDOW``. The same lesson learned on another occasion
+    is stored: recurrences are what the engine counts before it proposes a rule."""
+    rule = (
+        Memory.objects.filter(
+            workspace=workspace,
+            memory_type=MemoryType.STRATEGY,
+            tier=Tier.HOT,
+            status=Status.ACTIVE,
+            metadata__strategy__key=algo.strategy_key(item.lesson),
+        )
+        .order_by("-created_at")
+        .first()
+    )
+    if rule is not None:
+        return rule, "hot_rule"
+    wanted = tuple(algo.lesson_key(t or "") for t in (item.context, item.reflection, item.lesson, item.topic))
+    same_lesson = Memory.objects.filter(
+        workspace=workspace,
+        memory_type=MemoryType.REFLECTION,
+        status=Status.ACTIVE,
+        metadata__reflection__lesson=item.lesson,
+    )
+    if item.created_at is not None:
+        same_lesson = same_lesson.filter(created_at=item.created_at)
+    else:
+        same_lesson = same_lesson.filter(created_at__gte=now - REFLECTION_RETRY_WINDOW)
+    for memory in same_lesson.order_by("created_at")[:50]:
+        fields = (memory.metadata or {}).get("reflection") or {}
+        keys = ("context", "reflection", "lesson", "topic")
+        if tuple(algo.lesson_key(str(fields.get(k) or "")) for k in keys) == wanted:
+            return memory, "same_reflection"
+    return None
 
 
 def _evolve_for_lesson(workspace: Workspace, lesson: str, now: datetime) -> EvolveResult | None:

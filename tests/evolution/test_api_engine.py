@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from evolution.algorithms.engine import REVIEW_TASK_TYPE
+from evolution.algorithms.engine import REVIEW_TASK_TYPE, strategy_key
 from evolution.models import DreamReport, Outcome, Proposal
 from memories import services
 from memories.inputs import MemoryInput
@@ -160,6 +160,40 @@ def test_a_reflection_is_a_memory_in_the_seed_format(api: APIClient, workspace: 
     ]
     bad = api.post(url("acme", "reflections"), {"context": "a", "reflection": "b", "lesson": ""}, format="json")
     assert (bad.status_code, bad.json()["field"]) == (400, "lesson")
+
+
+def test_the_same_reflection_posted_twice_is_stored_once(api: APIClient, workspace: Any) -> None:
+    body = {"context": "Electron packaging", "reflection": "adm-zip needs a separate include", "lesson": LESSON}
+    first = api.post(url("acme", "reflections"), body, format="json")
+    again = api.post(
+        url("acme", "reflections"), {**body, "reflection": "ADM-ZIP needs a separate include!"}, format="json"
+    )
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == first.json()["id"] and again.json()["deduplicated"] == "same_reflection"
+    assert Memory.objects.filter(workspace=workspace, memory_type="reflection").count() == 1
+    other = api.post(url("acme", "reflections"), {**body, "context": "Another build"}, format="json")
+    assert other.status_code == 201 and "deduplicated" not in other.json()
+
+
+def test_a_reflection_whose_lesson_a_hot_rule_holds_is_not_stored(api: APIClient, workspace: Any, user: Any) -> None:
+    (rule,) = services.memories_create(
+        workspace=workspace,
+        actor=user,
+        items=[
+            MemoryInput(
+                content=LESSON,
+                memory_type="strategy",
+                tier="hot",
+                origin="engine:strategy",
+                metadata={"strategy": {"key": strategy_key(LESSON)}},
+            )
+        ],
+    )
+    body = {"context": "Electron packaging", "reflection": "it happened again", "lesson": LESSON}
+    response = api.post(url("acme", "reflections"), body, format="json")
+    assert response.status_code == 200
+    assert response.json()["id"] == str(rule.id) and response.json()["deduplicated"] == "hot_rule"
+    assert not Memory.objects.filter(workspace=workspace, memory_type="reflection").exists()
 
 
 # ------------------------------------------------------------------------------------- world model, evolve
