@@ -74,6 +74,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Vary: HX-Request everywhere and no-store on htmx fragments, so Back never shows a bare fragment.
+    "smartmemory_site.htmx_cache.HtmxCacheMiddleware",
 ]
 
 ROOT_URLCONF = "smartmemory_site.urls"
