@@ -3,7 +3,6 @@ the queue, and the formatting they share. Pure presentation over rows the views 
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from evolution.algorithms.engine import REVIEW_TASK_TYPE
 from evolution.models import Proposal, ProposalKind, ProposalStatus
 from memories.models import EdgeType, Memory, MemoryType, Status
 from memories.selectors import WorkspaceAccess
+from memories.values import value_text
 from memories.views import Change
 
 EXCERPT: Final = 160
@@ -26,16 +26,6 @@ _SENTINEL: Final = uuid.UUID(int=0)
 def excerpt(text: str, length: int = EXCERPT) -> str:
     flat = " ".join(str(text).split())
     return flat if len(flat) <= length else flat[: length - 1].rstrip() + "…"
-
-
-def shown(value: Any, length: int = 200) -> str:
-    if value is None or value == "":
-        return "—"
-    if isinstance(value, float):
-        # Six significant digits: retention 0.9999984193672903 reads as 0.999998, and small values keep theirs.
-        return f"{value:.6g}"
-    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-    return excerpt(text, length)
 
 
 class MemoryUrls:
@@ -177,7 +167,7 @@ def _conflict_preview(proposal: Proposal) -> Preview:
 def _merge_value(value: Any) -> str:
     if isinstance(value, list):
         return ", ".join(str(v) for v in value) or "—"
-    return shown(value)
+    return value_text(value)
 
 
 def _merge_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls) -> Preview:
@@ -352,7 +342,7 @@ def proposal_card(
         preview=proposal_preview(proposal, rows, urls) if pending else None,
         vetoes=[str(v) for v in vetoes] if isinstance(vetoes, list) else [],
         evidence=[str(e) for e in evidence] if isinstance(evidence, list) else [],
-        payload_rows=[(k, shown(v)) for k, v in payload.items() if k not in _SHOWN_KEYS],
+        payload_rows=[(k, value_text(v)) for k, v in payload.items() if k not in _SHOWN_KEYS],
         can_decide=pending and access.can_edit,
         **extra,
     )

@@ -76,6 +76,7 @@ from memories.forms import MemoryEditForm
 from memories.inputs import MAX_INT
 from memories.models import Memory, Status
 from memories.selectors import WorkspaceAccess
+from memories.values import value_text
 from memories.views import Change, domain_errors
 from memories.web import safe_next
 from surfacing import services as surfacing_services
@@ -525,8 +526,8 @@ def _drift_rows(access: WorkspaceAccess, memories: Sequence[Memory]) -> list[Dri
                 changes.setdefault(key, []).append(
                     ReplaceChange(
                         record.timestamp,
-                        presenters.shown(before.get("content")),
-                        presenters.shown(after.get("content")),
+                        value_text(before.get("content")),
+                        value_text(after.get("content")),
                         str(after.get("origin") or ""),
                         record.pk,
                     )
@@ -625,7 +626,7 @@ def _record_view(record: EvolutionRecord, rows: Mapping[uuid.UUID, Memory], urls
         changes.append(
             presenters.RowChange(
                 presenters.MemoryRef(key, urls(key), rows.get(mid)),
-                [Change(n, presenters.shown(before.get(n)), presenters.shown(after.get(n))) for n in names],
+                [Change(n, value_text(before.get(n)), value_text(after.get(n))) for n in names],
                 str((reasons or {}).get(key) or ""),
             )
         )

@@ -7,7 +7,6 @@ Charts are inline SVG computed here from plain numbers, so they need no JavaScri
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from memories.forms import (
 from memories.fragments import Row
 from memories.models import CompressionTier, Edge, Memory, Status
 from memories.selectors import WorkspaceAccess
+from memories.values import value_text
 from memories.web import safe_next
 
 P = ParamSpec("P")
@@ -364,18 +364,13 @@ class TimelineEntry:
     revertible: bool
 
 
-def _shown(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= 120 else text[:119] + "…"
-
-
 def timeline(memory: Memory, records: Sequence[EvolutionRecord]) -> list[TimelineEntry]:
     key = str(memory.id)
     entries = []
     for record in records:
         before, after = audit.memory_fields(record, key)
         names = [n for n in dict.fromkeys([*before, *after]) if n != "updated_at"]
-        changes = [Change(n, _shown(before.get(n)), _shown(after.get(n))) for n in names]
+        changes = [Change(n, value_text(before.get(n), 120), value_text(after.get(n), 120)) for n in names]
         if key in record.after.get(CREATED_MEMORIES, []):
             changes.append(Change("created", "", "this memory"))
         touched = {str(i) for i in record.input_ids} | {str(i) for i in record.output_ids}

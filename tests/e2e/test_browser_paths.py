@@ -69,3 +69,69 @@ def test_back_after_filtering_and_opening_a_row_shows_the_whole_page(page: Page,
     # A reload of the pushed URL is the full page too.
     page.reload()
     assert_full_page(page)
+
+
+def test_the_api_docs_render_offline(page: Page, e2e_server: E2EServer) -> None:
+    """Swagger UI comes from our own static files: with every other host unreachable the docs still render."""
+    elsewhere: list[str] = []
+
+    def offline(route: Any) -> None:
+        url = route.request.url
+        if url.startswith(e2e_server.url):
+            route.continue_()
+        else:
+            elsewhere.append(url)
+            route.abort("internetdisconnected")
+
+    page.context.route("**/*", offline)
+    page.goto("/api/docs/")
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text("SmartMemory site API")
+    expect(page.locator(".swagger-ui .opblock").first).to_be_visible()
+    assert page.locator(".swagger-ui .opblock").count() > 20
+    assert elsewhere == [], f"the docs asked other hosts: {elsewhere}"
+
+
+def page_width(page: Page) -> int:
+    return int(page.evaluate("document.documentElement.scrollWidth"))
+
+
+def assert_no_horizontal_overflow(page: Page, what: str) -> None:
+    width = page.viewport_size["width"] if page.viewport_size else 0
+    scroll = page_width(page)
+    assert scroll <= width, f"{what}: the page is {scroll} px wide in a {width} px viewport"
+
+
+def test_drift_flags_and_metadata_are_shown_as_wrapped_key_values(
+    page: Page, e2e_server: E2EServer, e2e_workspace: Workspace
+) -> None:
+    ws = e2e_workspace(
+        "flag-ws",
+        memories=[
+            {
+                "content": "Dana prefers dark mode",
+                "memory_type": "preference",
+                "subject": "theme",
+                "metadata": {"source": {"tool": "settings-sync", "path": "/a/very/long/" + "segment/" * 40}},
+            }
+        ],
+    )
+    e2e_server.run(
+        """
+        from memories.models import Memory
+        m = Memory.objects.get(id=params["id"])
+        m.drift_flags = [{"reason": "preference_drift", "replaces_in_window": 4, "window_days": 30.0,
+            "first_replace_at": "2026-01-02T10:00:00+00:00", "last_replace_at": "2026-01-20T10:00:00+00:00",
+            "flagged_at": "2026-01-21T10:00:00+00:00", "values": ["light " * 30, "dark " * 30]}]
+        m.save(update_fields=["drift_flags"])
+        """,
+        id=ws["ids"][0],
+    )
+    for width, height in ((1440, 900), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.goto(f"/w/{ws['slug']}/memories/{ws['ids'][0]}/")
+        flags = page.locator("dl.meta .kv-box.warn")
+        expect(flags).to_have_count(1)
+        expect(flags.locator("dt", has_text="replaces_in_window")).to_be_visible()
+        expect(page.locator("dl.meta")).not_to_contain_text("{'reason'")
+        expect(page.locator("dl.meta .kv-box", has_text="settings-sync")).to_be_visible()
+        assert_no_horizontal_overflow(page, f"memory detail at {width} px")
