@@ -1,6 +1,6 @@
 """What the export and the import of the memory-evolution directory share: the evolver of the record that
-keeps a workspace's lineage, the UTC day of a moment, a section of a memory's metadata, a one-line text field of
-a payload, and the decay-score keys of corrections (``correction:<date>#<n>``).
+keeps a workspace's lineage, the UTC day of a moment, a section of a memory's metadata, the ids an export derives
+for a rule, a one-line text field of a payload, and the decay-score keys of corrections (``correction:<date>#<n>``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,13 @@ def meta_section(memory: Memory, key: str) -> dict[str, Any]:
     """``memory.metadata[key]`` when it is an object, else an empty dict."""
     value = memory.metadata.get(key) if isinstance(memory.metadata, dict) else None
     return value if isinstance(value, dict) else {}
+
+
+def derived_rule_ids(memory: Memory) -> tuple[str, str]:
+    """The ids an export gives a rule that has no stored directory id of its own (a rule made here, by an
+    approval): ``R-`` and the first 12 hex digits of the memory's id, or all 32 when the short one is taken.
+    An import recognises both as this rule, so a directory exported here and imported back adds nothing."""
+    return f"R-{memory.id.hex[:12]}", f"R-{memory.id.hex}"
 
 
 def text_field(payload: Mapping[str, Any], key: str) -> str:

@@ -38,7 +38,14 @@ from evolution import dream
 from evolution.algorithms import memdir, tiers
 from evolution.engine_inputs import DEFAULT_APPROACH, DEFAULT_TOPIC, one_line
 from evolution.engine_selectors import outcomes_in_order, reflection_fields, sensor_id
-from evolution.memdir_common import LINEAGE_EVOLVER, correction_keys, meta_section, text_field, utc_day
+from evolution.memdir_common import (
+    LINEAGE_EVOLVER,
+    correction_keys,
+    derived_rule_ids,
+    meta_section,
+    text_field,
+    utc_day,
+)
 from evolution.models import OutcomeResult, Proposal, ProposalKind, ProposalStatus
 from history import audit
 from history.models import Action, EvolutionRecord
@@ -184,9 +191,8 @@ def _rule_of(memory: Memory, ids: Mapping[int, str], used_ids: set[str]) -> memd
     section = one_line(place["section"]) if isinstance(place.get("section"), str) else one_line(str(task_type))
     rule_id = _token(place.get("id"))
     if rule_id is None or rule_id in used_ids:
-        rule_id = f"R-{memory.id.hex[:12]}"
-        if rule_id in used_ids:
-            rule_id = f"R-{memory.id.hex}"
+        short, full = derived_rule_ids(memory)
+        rule_id = full if short in used_ids else short
     used_ids.add(rule_id)
     added: date | None = utc_day(memory.created_at)
     if "added" in place:

@@ -42,7 +42,14 @@ from evolution.engine_inputs import (
     reflection_memory_input,
 )
 from evolution.engine_selectors import reflection_fields
-from evolution.memdir_common import LINEAGE_EVOLVER, correction_keys, meta_section, text_field, utc_day
+from evolution.memdir_common import (
+    LINEAGE_EVOLVER,
+    correction_keys,
+    derived_rule_ids,
+    meta_section,
+    text_field,
+    utc_day,
+)
 from evolution.models import Outcome, Proposal, ProposalKind, ProposalStatus
 from history import audit
 from history.models import Action
@@ -473,6 +480,8 @@ def _import(workspace: Workspace, d: memdir.MemoryDirectory, actor: User | None,
         place = meta_section(m, "memdir")
         if isinstance(place.get("id"), str):
             rule_ids.add(place["id"])
+        # A rule made here carries no directory id; its export named it after the memory.
+        rule_ids.update(derived_rule_ids(m))
         rule_texts[(one_line(m.content), m.tier)] += 1
     rules: list[MemoryInput] = []
     access = {}

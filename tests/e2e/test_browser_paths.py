@@ -135,3 +135,24 @@ def test_drift_flags_and_metadata_are_shown_as_wrapped_key_values(
         expect(page.locator("dl.meta")).not_to_contain_text("{'reason'")
         expect(page.locator("dl.meta .kv-box", has_text="settings-sync")).to_be_visible()
         assert_no_horizontal_overflow(page, f"memory detail at {width} px")
+
+
+def test_importing_the_engine_export_back_adds_no_second_rule(page: Page, e2e_workspace: Workspace) -> None:
+    ws = e2e_workspace(
+        "roundtrip-ws",
+        memories=[
+            {"content": "Always run the linter before pushing", "memory_type": "strategy", "tier": "hot"},
+            {"content": "Prefer small pull requests", "memory_type": "strategy", "tier": "warm"},
+        ],
+    )
+    page.goto(f"/w/{ws['slug']}/evolution/engine/")
+    rules = page.locator("table.rules tbody tr")
+    expect(rules).to_have_count(2)
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download export (zip)").click()
+    path = download.value.path()
+    page.locator("#id_file").set_input_files(str(path))
+    page.get_by_role("button", name="Import", exact=True).click()
+    expect(page.locator("#messages")).to_contain_text("Imported nothing new")
+    expect(rules).to_have_count(2)
+    expect(page.locator("table.rules")).not_to_contain_text("import:memory-evolution")

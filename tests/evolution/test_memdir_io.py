@@ -402,6 +402,21 @@ def test_importing_the_same_directory_twice_adds_nothing_the_second_time(workspa
     assert memdir_export.memdir_export(workspace=target, now=EXPORT_AT) == files
 
 
+def test_importing_a_workspace_its_own_export_adds_nothing(workspace: Workspace, user: Any) -> None:
+    """Rules approved here have no directory id: the export names them after the memory, and the import knows
+    that name, so the HOT strategy is not listed twice (it was, with origin import:memory-evolution)."""
+    rich_history(workspace, user)
+    strategies = list(Memory.objects.filter(workspace=workspace, memory_type="strategy").values_list("id", flat=True))
+    files = memdir_export.memdir_export(workspace=workspace, now=EXPORT_AT)
+    summary = memdir_import.memdir_import(workspace=workspace, files=files, actor=user, now=EXPORT_AT)
+    assert summary.created.get("rules", 0) == 0
+    assert summary.skipped["rules"] > 0
+    assert sorted(Memory.objects.filter(workspace=workspace, memory_type="strategy").values_list("id", flat=True)) == (
+        sorted(strategies)
+    )
+    assert not Memory.objects.filter(workspace=workspace, origin=memdir_import.IMPORT_ORIGIN, memory_type="strategy")
+
+
 def test_an_imported_correction_wins_over_the_memories_of_its_topic(
     workspace: Workspace, user: Any, make_memory: Any
 ) -> None:
