@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Final
 
 from django.urls import reverse
@@ -26,6 +27,22 @@ _SENTINEL: Final = uuid.UUID(int=0)
 def excerpt(text: str, length: int = EXCERPT) -> str:
     flat = " ".join(str(text).split())
     return flat if len(flat) <= length else flat[: length - 1].rstrip() + "…"
+
+
+def value_true_since(after: Mapping[str, Any], written: datetime) -> datetime:
+    """When the value a REPLACE record wrote became true: the created_at of the memory it came from (an agent
+    may post a preference of 25 days ago today), else the record's own time ``written``."""
+    metadata = after.get("metadata")
+    source = metadata.get("content_source") if isinstance(metadata, dict) else None
+    raw = source.get("created_at") if isinstance(source, dict) else None
+    if isinstance(raw, str):
+        try:
+            moment = datetime.fromisoformat(raw)
+        except ValueError:
+            return written
+        if moment.tzinfo is not None:
+            return min(moment, written)
+    return written
 
 
 class MemoryUrls:

@@ -525,13 +525,15 @@ def _drift_rows(access: WorkspaceAccess, memories: Sequence[Memory]) -> list[Dri
             if isinstance(after, dict) and isinstance(before, dict) and "content" in after:
                 changes.setdefault(key, []).append(
                     ReplaceChange(
-                        record.timestamp,
+                        presenters.value_true_since(after, record.timestamp),
                         value_text(before.get("content")),
                         value_text(after.get("content")),
                         str(after.get("origin") or ""),
                         record.pk,
                     )
                 )
+    for timeline in changes.values():
+        timeline.sort(key=lambda c: c.at, reverse=True)
     urls = presenters.MemoryUrls(access.workspace.slug)
     rows = []
     for memory in memories:

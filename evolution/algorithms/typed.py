@@ -181,7 +181,8 @@ def decide_conflict(
     REPLACE and SUPERSEDE guards, in order, each giving SKIP: identical content (nothing changes, and a
     no-op must not count as preference drift); lower source authority (larger origin tier); older
     created_at; lower confidence.
-    REPLACE appends now (ISO 8601) to replace_log keeping the last 20, replace_count + 1, version + 1.
+    REPLACE appends when the incoming value became true (its created_at, at most now; ISO 8601) to replace_log
+    keeping the last 20, replace_count + 1, version + 1.
     FLAG with identical content is no contradiction: KEEP_BOTH without links.
     REINFORCE with identical content combines confidences as independent evidence, 1 - (1-a)(1-b), and
     bumps the version; with different content it falls back to KEEP_BOTH.
@@ -214,7 +215,10 @@ def decide_conflict(
         )
 
     def replaced(reason: str) -> ConflictDecision:
-        log = (*existing.replace_log, now.isoformat())[-REPLACE_LOG_KEEP:]
+        # The time the new value became true (an imported preference of 25 days ago was true then), not the
+        # time it was written: the drift detector and its timeline count changes of the value.
+        changed_at = min(incoming.created_at, now)
+        log = (*existing.replace_log, changed_at.isoformat())[-REPLACE_LOG_KEEP:]
         return decision(
             ConflictAction.REPLACE,
             reason,

@@ -156,3 +156,32 @@ def test_importing_the_engine_export_back_adds_no_second_rule(page: Page, e2e_wo
     expect(page.locator("#messages")).to_contain_text("Imported nothing new")
     expect(rules).to_have_count(2)
     expect(page.locator("table.rules")).not_to_contain_text("import:memory-evolution")
+
+
+def test_the_drift_timeline_shows_when_each_value_was_true(
+    page: Page, e2e_server: E2EServer, e2e_workspace: Workspace
+) -> None:
+    now = datetime.now(UTC)
+    days = (25, 15, 8, 2)
+    ws = e2e_workspace(
+        "drift-time-ws",
+        memories=[
+            {
+                "content": f"Dana prefers theme number {i}",
+                "memory_type": "preference",
+                "subject": "theme",
+                "created_at": (now - timedelta(days=d)).isoformat(),
+            }
+            for i, d in enumerate(days)
+        ],
+    )
+    e2e_server.manage("evolve", "--workspace", ws["slug"], "--evolver", "PreferenceDriftDetector", "--apply")
+    page.goto(f"/w/{ws['slug']}/evolution/drift/")
+    card = page.locator("article.drift").first
+    expected = [f"{now - timedelta(days=d):%Y-%m-%d}" for d in (2, 8, 15)]
+    expect(card.locator(".timeline time")).to_have_count(3)
+    shown = [t[:10] for t in card.locator(".timeline time").all_inner_texts()]
+    assert shown == expected, f"the timeline shows {shown}, the values changed on {expected}"
+    # The flag's window runs from the first change to the last, days apart, not within one minute.
+    expect(card.locator(".msg.warning")).to_contain_text(f"between {expected[-1]}")
+    expect(card.locator(".msg.warning")).to_contain_text(f"and {expected[0]}")

@@ -83,6 +83,16 @@ def test_replace_keeps_the_newest_value_and_logs_it() -> None:
     assert decision.existing_id == "old"
 
 
+def test_replace_logs_when_the_value_became_true_not_when_it_was_written() -> None:
+    existing = _memory(created_at=NOW - dt.timedelta(days=30))
+    true_since = NOW - dt.timedelta(days=8)
+    decision = decide_conflict(existing, _incoming(created_at=true_since), ConflictPolicy.REPLACE, NOW)
+    assert decision.replace_log == (true_since.isoformat(),)
+    # A clock ahead of ours never puts a change in the future.
+    later = decide_conflict(existing, _incoming(created_at=NOW + dt.timedelta(hours=2)), ConflictPolicy.REPLACE, NOW)
+    assert later.replace_log == (NOW.isoformat(),)
+
+
 def test_replace_log_keeps_the_last_twenty_entries() -> None:
     log = tuple(f"2025-05-{d:02d}T00:00:00+00:00" for d in range(1, 21))
     decision = decide_conflict(_memory(replace_log=log, replace_count=20), _incoming(), ConflictPolicy.REPLACE, NOW)
