@@ -11,10 +11,11 @@ only writes the queued row and answers; a worker works it:
 
 Claiming is one conditional UPDATE whose row count says who won, so exactly one worker takes a run on
 SQLite and PostgreSQL alike. A worker refreshes the run's heartbeat between evolvers and while one works;
-a run whose heartbeat is older than ``LEASE`` belongs to a worker that died and is taken over. The taken-over
-run resumes after the last evolver whose transaction committed (the run summary commits with that
-evolver's writes, see evolution.runner), so nothing is applied twice and nothing is lost. Cancelling a
-queued run ends it at once; a running one stops before its next evolver (what committed stays, revertible).
+a run whose heartbeat is older than the lease (``EVOLUTION_RUN_LEASE_SECONDS``) belongs to a worker that
+died and is taken over. The taken-over run resumes after the last evolver whose transaction committed
+(the run summary commits with that evolver's writes, see evolution.runner), so nothing is applied twice
+and nothing is lost; the worker it was taken from stops before its next evolver. Cancelling a queued run
+ends it at once; a running one stops before its next evolver (what committed stays, revertible).
 """
 
 from __future__ import annotations
@@ -48,8 +49,15 @@ log = logging.getLogger(__name__)
 
 User = AbstractBaseUser | AnonymousUser
 MODES: Final = ("thread", "inline", "external")
-# A worker that has not refreshed its run's heartbeat for this long is taken to be dead.
-LEASE: Final = timedelta(seconds=120)
+# A worker that has not refreshed its run's heartbeat for this long is taken to be dead (setting
+# EVOLUTION_RUN_LEASE_SECONDS); a worker refreshes it every quarter of the lease while it works a run.
+DEFAULT_LEASE_SECONDS: Final = 120
+
+
+def lease() -> timedelta:
+    return timedelta(seconds=float(getattr(settings, "EVOLUTION_RUN_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)))
+
+
 # How often an idle worker looks for queued runs it was not woken for (another process queued them).
 POLL_SECONDS: Final = 2.0
 
@@ -194,7 +202,7 @@ def claim(run_id: uuid.UUID | None, worker: str, now: datetime | None = None) ->
     """Take one run for ``worker``: ``run_id`` if given, else the oldest queued run, else the oldest run
     whose worker's lease ran out. None when there is nothing to take (or another worker won it)."""
     now = now or timezone.now()
-    claimable = Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, heartbeat_at__lt=now - LEASE)
+    claimable = Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, heartbeat_at__lt=now - lease())
     candidates = EvolutionRun.objects.filter(claimable)
     if run_id is not None:
         candidates = candidates.filter(pk=run_id)
@@ -207,10 +215,42 @@ def claim(run_id: uuid.UUID | None, worker: str, now: datetime | None = None) ->
     return None
 
 
+class _Heartbeat:
+    """Refreshes a run's heartbeat every quarter lease on its own thread and connection while an evolver
+    works, so a long evolver is not mistaken for a dead worker; only while this worker still holds it."""
+
+    def __init__(self, run: EvolutionRun) -> None:
+        self.run_id = run.pk
+        self.worker = run.worker
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"run-heartbeat-{run.pk}", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        every = max(lease().total_seconds() / 4, 0.05)
+        try:
+            while not self._stop.wait(every):
+                EvolutionRun.objects.filter(pk=self.run_id, worker=self.worker, status=RunStatus.RUNNING).update(
+                    heartbeat_at=timezone.now()
+                )
+        except Exception:
+            log.exception("heartbeat of run %s failed; the run may be taken over", self.run_id)
+        finally:
+            connections.close_all()
+
+
 def work(run: EvolutionRun) -> EvolutionRun:
     """Work a claimed run to its end; an error outside the evolvers (they are contained) fails it."""
     try:
-        return runner.cycle_run(run=run, names=list(run.evolvers), now=run.started_at)
+        with _Heartbeat(run):
+            return runner.cycle_run(run=run, names=list(run.evolvers), now=run.started_at)
     except Exception as exc:
         log.exception("evolution run %s failed outside its evolvers", run.pk)
         EvolutionRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(

@@ -1,7 +1,8 @@
 """The cycle runner: evolvers in cycle order, each in its own transaction, each failure contained.
 
 A run asked to stop (``cancel_requested``) stops before its next evolver; a run that already has summary
-entries (taken over from a worker that died, see evolution.jobs) skips the evolvers they name.
+entries (taken over from a worker that died, see evolution.jobs) skips the evolvers they name; a worker
+whose run another worker took over stops before its next evolver.
 
 For every evolver the runner opens one transaction holding the evolver's writes, its records and its
 summary entry (so the cursor an evolver leaves for the next run commits with the changes it describes).
@@ -267,7 +268,12 @@ def _cycle(
     for index, name in enumerate(names):
         if name in finished:
             continue
-        if EvolutionRun.objects.filter(pk=run.pk, cancel_requested=True).exists():
+        current = EvolutionRun.objects.filter(pk=run.pk).values_list("cancel_requested", "worker").first()
+        if current is not None and current[1] != run.worker:
+            # Another worker took the run over (this one was taken for dead): it goes on from here.
+            log.warning("run %s was taken over by %s; %s stops", run.pk, current[1], run.worker)
+            return run
+        if current is not None and current[0]:
             cancelled = True
             break
         _set_progress(run, {"evolver": name, "index": index, "done": index, "total": total}, on_progress)

@@ -156,6 +156,8 @@ SESSION_PIN_TTL_SECONDS = config.env_int("SESSION_PIN_TTL_SECONDS", 24 * 3600, m
 # Who works queued evolution runs (evolution.jobs): "thread" (a worker thread in each web process, the
 # embedded default), "external" (only `manage.py run_workers`), "inline" (the caller: tests, scripts).
 EVOLUTION_WORKER = config.env_str("EVOLUTION_WORKER", "thread")
+# A run whose worker has not said it is alive for this long is taken over by another worker.
+EVOLUTION_RUN_LEASE_SECONDS = config.env_int("EVOLUTION_RUN_LEASE_SECONDS", 120, minimum=1)
 
 if REDIS_URL:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}

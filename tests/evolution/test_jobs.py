@@ -141,7 +141,7 @@ def test_a_dead_worker_run_is_taken_over_and_resumes_after_what_committed(kit: A
     decay_records = EvolutionRecord.objects.filter(run=run).count()
     assert decay_records >= 1
     EvolutionRun.objects.filter(pk=run.pk).update(
-        status=RunStatus.RUNNING, finished_at=None, heartbeat_at=timezone.now() - jobs.LEASE - timedelta(seconds=1)
+        status=RunStatus.RUNNING, finished_at=None, heartbeat_at=timezone.now() - jobs.lease() - timedelta(seconds=1)
     )
     taken = jobs.claim(None, "alive")
     assert taken is not None and taken.pk == run.pk and taken.worker == "alive"
