@@ -67,6 +67,21 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
 
 
+RATE_PERIODS = {"s": 1, "sec": 1, "min": 60, "m": 60, "hour": 3600, "h": 3600, "day": 86400, "d": 86400}
+
+
+def env_rate(name: str, default: str) -> tuple[int, int] | None:
+    """A rate limit such as ``10/min``, ``5/s``, ``1000/hour`` or ``100/day`` as (count, seconds); ``off`` is None."""
+    raw = env_str(name, default)
+    text = raw.lower()
+    if text in {"off", "none", "0"}:
+        return None
+    count, _, period = text.partition("/")
+    if not count.isdigit() or int(count) < 1 or period not in RATE_PERIODS:
+        raise _fail(name, raw, "COUNT/PERIOD with PERIOD one of s, min, hour, day (e.g. 10/min), or off")
+    return int(count), RATE_PERIODS[period]
+
+
 def database_from_env(base_dir: Path) -> dict[str, object]:
     """Return Django's DATABASES["default"] for DATABASE_URL (SQLite file in var/ when unset).
 

@@ -36,9 +36,13 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = config.env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS
 SECURE_HSTS_PRELOAD = config.env_bool("DJANGO_HSTS_PRELOAD", False)
 # Asking browsers to preload HSTS for the whole domain is its owner's decision, not a default of ours.
 SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
-if config.env_bool("DJANGO_BEHIND_PROXY", False):
+BEHIND_PROXY = config.env_bool("DJANGO_BEHIND_PROXY", False)
+if BEHIND_PROXY:
     # Only behind a proxy that sets this header itself (and strips it from clients).
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# How many proxies append to X-Forwarded-For: rate limits key on the address the outermost one saw. Without
+# a proxy the header is the client's own words and is ignored (REMOTE_ADDR counts).
+PROXY_COUNT = config.env_int("DJANGO_PROXY_COUNT", 1 if BEHIND_PROXY else 0, minimum=0)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
@@ -76,6 +80,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # Vary: HX-Request everywhere and no-store on htmx fragments, so Back never shows a bare fragment.
     "smartmemory_site.htmx_cache.HtmxCacheMiddleware",
+    "smartmemory_site.login_throttle.LoginThrottleMiddleware",
 ]
 
 ROOT_URLCONF = "smartmemory_site.urls"
@@ -159,6 +164,30 @@ EVOLUTION_WORKER = config.env_str("EVOLUTION_WORKER", "thread")
 # A run whose worker has not said it is alive for this long is taken over by another worker.
 EVOLUTION_RUN_LEASE_SECONDS = config.env_int("EVOLUTION_RUN_LEASE_SECONDS", 120, minimum=1)
 
+# Django's cache holds the rate-limit counters (core.throttles): shared by every process through Redis, or
+# each process's own memory in the embedded default.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "smartmemory",
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "smartmemory"}}
+# Rate limits as COUNT/PERIOD (s, min, hour, day) or "off"; a refused request is a 429 with Retry-After.
+THROTTLE_RATES = {
+    # login POSTs per client address (the site's form and the admin's)
+    "login": config.env_rate("THROTTLE_LOGIN", "10/min"),
+    # failed logins per username, from any address
+    "login_user": config.env_rate("THROTTLE_LOGIN_USER", "30/hour"),
+    # failed API token checks per client address
+    "token_failure": config.env_rate("THROTTLE_TOKEN_FAILURES", "30/min"),
+    # API writes (POST, PUT, PATCH, DELETE but search and context) per user
+    "write": config.env_rate("THROTTLE_WRITES", "6000/min"),
+}
+
 if REDIS_URL:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
 else:
@@ -183,6 +212,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "memories.api_errors.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "DEFAULT_THROTTLE_CLASSES": ["core.throttles.WriteRateThrottle"],
+    "NUM_PROXIES": PROXY_COUNT,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "SmartMemory site API",

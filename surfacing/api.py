@@ -191,6 +191,9 @@ class PinOut(drf.Serializer[Any]):
 
 
 class WorkingContextApi(APIView):
+    # A read that arrives as a POST: outside the per-user write limit (core.throttles).
+    throttle_classes = ()
+
     @extend_schema(request=ContextIn, responses={200: ContextOut, **ERRORS})
     def post(self, request: Request, ws: str) -> Response:
         access = memory_selectors.workspace_access(user=request.user, slug=ws)
@@ -214,6 +217,9 @@ class WorkingContextApi(APIView):
 
 
 class SearchApi(APIView):
+    # A read that arrives as a POST: outside the per-user write limit (core.throttles).
+    throttle_classes = ()
+
     @extend_schema(request=SearchIn, responses={200: SearchOut, **ERRORS})
     def post(self, request: Request, ws: str) -> Response:
         access = memory_selectors.workspace_access(user=request.user, slug=ws)

@@ -34,6 +34,15 @@ def fresh_signal_bus() -> Iterator[LocalSignalBus]:
 
 
 @pytest.fixture(autouse=True)
+def fresh_cache(settings: Any) -> None:
+    """Each test gets an empty cache of its own, so rate-limit counters (core.throttles) never carry over
+    from one test to the next, nor reach a Redis that REDIS_URL names."""
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": uuid.uuid4().hex}
+    }
+
+
+@pytest.fixture(autouse=True)
 def runs_inline(settings: Any) -> None:
     """Queued evolution runs are worked by the caller before it answers (evolution.jobs' inline mode);
     the tests of the worker thread and of run_workers switch it back."""

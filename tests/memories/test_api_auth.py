@@ -73,3 +73,28 @@ def test_a_token_sees_only_its_user_workspaces(
     response = _get(token.key, other_workspace.slug)
     assert response.status_code == 404
     assert response.json()["error"] == "not_found"
+
+
+def test_failed_token_checks_past_the_rate_are_a_429_before_any_lookup(
+    settings: Any, user: Any, workspace: Workspace
+) -> None:
+    settings.THROTTLE_RATES = {**settings.THROTTLE_RATES, "token_failure": (4, 60)}
+    token, _ = Token.objects.get_or_create(user=user)
+    assert [_get(f"guess-{i}", workspace.slug).status_code for i in range(4)] == [401] * 4
+    with CaptureQueriesContext(connection) as queries:
+        refused = _get(token.key, workspace.slug)  # even the right token waits: the guesser could be anyone here
+    assert refused.status_code == 429
+    assert refused.json()["error"] == "throttled"
+    assert "failed token checks" in refused.json()["detail"]
+    assert 1 <= int(refused["Retry-After"]) <= 60
+    assert len(queries) == 0
+    other = APIClient(REMOTE_ADDR="10.1.1.1")
+    other.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    assert other.get(f"/api/v1/workspaces/{workspace.slug}/settings/").status_code == 200
+
+
+def test_valid_tokens_never_count_as_failures(settings: Any, user: Any, workspace: Workspace) -> None:
+    settings.THROTTLE_RATES = {**settings.THROTTLE_RATES, "token_failure": (2, 60)}
+    token, _ = Token.objects.get_or_create(user=user)
+    assert all(_get(token.key, workspace.slug).status_code == 200 for _ in range(10))
+    assert _get("guess", workspace.slug).status_code == 401

@@ -262,3 +262,19 @@ def test_sqlite_connections_bound_the_wal_file() -> None:
         cursor.execute("PRAGMA journal_size_limit")
         (limit,) = cursor.fetchone()
     assert limit == 64 * 1024 * 1024
+
+
+# -- THROTTLE_* --------------------------------------------------------------------------------------
+
+
+def test_a_rate_is_a_count_per_period_or_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert config.env_rate("THROTTLE_TEST", "10/min") == (10, 60)
+    for raw, expected in [("5/s", (5, 1)), ("1000/hour", (1000, 3600)), (" 7/Day ", (7, 86400)), ("off", None)]:
+        monkeypatch.setenv("THROTTLE_TEST", raw)
+        assert config.env_rate("THROTTLE_TEST", "10/min") == expected, raw
+
+
+@pytest.mark.parametrize("raw", ["10", "ten/min", "0/min", "-1/min", "10/week", "10/min/extra"])
+def test_a_malformed_rate_fails_naming_the_variable(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv("THROTTLE_TEST", raw)
+    assert "COUNT/PERIOD" in fails_naming("THROTTLE_TEST", config.env_rate, "THROTTLE_TEST", "10/min")
