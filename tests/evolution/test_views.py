@@ -808,3 +808,20 @@ def test_the_runs_page_shows_and_edits_the_workspace_schedule(
     assert workspace.evolution_settings["cycle_every_hours"] == 12.0
     assert browser.post(BASE + "/runs/schedule/", {"hours": "0"}).status_code == 302
     assert "No scheduled cycle" in html_of(browser.get(BASE + "/runs/"))
+
+
+def test_a_queued_run_page_offers_cancel_and_cancelling_ends_it(
+    browser: Client, viewer_browser: Client, workspace: Workspace, settings: Any
+) -> None:
+    settings.EVOLUTION_WORKER = "external"
+    response = browser.post(BASE + "/runs/start/", {"evolvers": ["ExponentialDecay"], "mode": "preview"})
+    run = EvolutionRun.objects.get()
+    page = html_of(browser.get(response["Location"]))
+    assert run.status == RunStatus.QUEUED and "Queued: waiting for a worker" in page and 'id="run-cancel"' in page
+    assert 'id="run-cancel"' not in html_of(viewer_browser.get(response["Location"]))
+    assert viewer_browser.post(f"{BASE}/runs/{run.id}/cancel/").status_code in (403, 404)
+    assert browser.post(f"{BASE}/runs/{run.id}/cancel/").status_code == 302
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    again = browser.post(f"{BASE}/runs/{run.id}/cancel/", follow=True)
+    assert "Not cancelled" in html_of(again)
