@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -131,14 +132,34 @@ def client_memories_create(
 
 @transaction.atomic
 def workspace_create(*, owner: AbstractBaseUser, slug: str, name: str) -> Workspace:
-    # The unique index decides, not a prior SELECT: two requests racing for one slug get 201 and 409.
+    """Create a workspace owned by `owner`.
+
+    A taken slug tells a member of that workspace so (Conflict, 409 ``slug_taken``); anyone else learns only
+    that the slug is not available, with a free one to use instead (InvalidInput, 400 ``slug_unavailable``),
+    the same answer whatever the workspace holds or whoever owns it."""
+    # The unique index decides, not a prior SELECT: of two requests racing for one slug, one gets it.
     try:
         with transaction.atomic():
             workspace = Workspace.objects.create(slug=slug, name=name)
     except IntegrityError:
-        raise Conflict(f"slug: a workspace {slug!r} already exists", code="slug_taken", field="slug") from None
+        if Membership.objects.filter(workspace__slug=slug, user_id=owner.pk).exists():
+            raise Conflict(
+                f"slug: you are already a member of the workspace {slug!r}", code="slug_taken", field="slug"
+            ) from None
+        raise InvalidInput(
+            f"slug: {slug!r} is not available; {_free_slug(slug)!r} is", code="slug_unavailable", field="slug"
+        ) from None
     Membership.objects.create(workspace=workspace, user_id=owner.pk, role=Role.OWNER)
     return workspace
+
+
+def _free_slug(slug: str) -> str:
+    """`slug` with a random suffix that no workspace has (a counter would tell which neighbours exist)."""
+    max_length = Workspace._meta.get_field("slug").max_length or 64
+    while True:
+        candidate = f"{slug[: max_length - 7]}-{secrets.token_hex(3)}"
+        if not Workspace.objects.filter(slug=candidate).exists():
+            return candidate
 
 
 def membership_set(*, workspace: Workspace, user: AbstractBaseUser, role: str) -> Membership:
