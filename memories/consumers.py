@@ -9,14 +9,14 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.sessions.backends.signed_cookies import SessionStore as CookieSession
-from django.template.loader import render_to_string
 from django.utils import timezone
 
 from core.errors import DomainError
+from memories import fragments
 from memories.algorithms.activation import decayed_activation
 from memories.live import activation_group
 from memories.models import Memory
-from memories.selectors import workspace_access
+from memories.selectors import LIVE_COLUMNS, workspace_access
 
 ACCESS_RECHECK_SECONDS = 30.0
 """How long a socket trusts the access it was granted before it checks again on the next push (a logout,
@@ -96,13 +96,7 @@ class ActivationConsumer(WorkspaceSocket):
         ids = [mid for mid, _ in items]
         now = timezone.now()
         # Re-read so the pushed bar shows exactly what the page would render now.
-        rows = Memory.objects.filter(workspace_id=self.workspace_id, id__in=ids).only(
-            "id",
-            "activation_score",
-            "activation_last_boost_at",
-            "activation_half_life_hours",
-            "activation_boost_count",
-        )
+        rows = Memory.objects.filter(workspace_id=self.workspace_id, id__in=ids).only(*LIVE_COLUMNS)
         parts = []
         for memory in rows:
             score = decayed_activation(
@@ -111,10 +105,5 @@ class ActivationConsumer(WorkspaceSocket):
                 memory.activation_half_life_hours,
                 now,
             )
-            parts.append(
-                render_to_string(
-                    "memories/partials/activation_bar.html",
-                    {"memory": memory, "activation": score, "oob": True},
-                )
-            )
+            parts.append(fragments.activation_push(memory, score))
         return "".join(parts)

@@ -5,12 +5,15 @@ variable lookups, an include, a with and a dozen ifs), which was a third of the 
 1M memories; one f-string per row costs a tenth of that. The markup lives here once and the templates
 reach it through the `memory_fragments` tags: the list's `row` partial (full page and the htmx swap
 after archive/restore) and the `activation_bar.html` partial (detail page, WebSocket push and the
-polling fallback), so every swap target still renders the same markup as the full page.
+polling fallback), so every swap target still renders the same markup as the full page. The detail page's
+other live figures (the big number, the stored value with its boost count, Accessed) live here too, for the
+same reason: the push sends exactly what the page renders.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
@@ -32,6 +35,46 @@ def activation_bar(memory: Memory, activation: float, *, oob: bool = False) -> S
         f'title="activation now {v3} ({int(memory.activation_boost_count)} boosts)" data-value="{activation:.4f}">'
         f'<span class="act-track"><span class="act-fill" style="width: {round(activation * 100)}%"></span></span>'
         f'<span class="act-num">{v2}</span></span>'
+    )
+
+
+def _when(moment: datetime) -> str:
+    return f'<time datetime="{moment.isoformat()}">{moment:%Y-%m-%d %H:%M}</time>'
+
+
+def activation_number(memory: Memory, activation: float, *, oob: bool = False) -> SafeString:
+    """The detail page's big "activation now" figure (three decimals)."""
+    return mark_safe(f'<span id="act-big-{memory.id}" class="big"{_OOB if oob else ""}>{activation:.3f}</span>')
+
+
+def activation_stored(memory: Memory, *, oob: bool = False) -> SafeString:
+    """The stored activation, its last boost, half-life and boost count, as the detail page words them."""
+    boost = memory.activation_last_boost_at
+    at = f" at the last boost {_when(boost)}" if boost is not None else ""
+    count = int(memory.activation_boost_count)
+    return mark_safe(
+        f'<span id="act-stored-{memory.id}"{_OOB if oob else ""}>Stored {memory.activation_score:.3f}{at}; '
+        f"half-life {memory.activation_half_life_hours:.0f} h; {count} boost{'' if count == 1 else 's'}.</span>"
+    )
+
+
+def accessed(memory: Memory, *, oob: bool = False) -> SafeString:
+    """How often and when the memory was last accessed (the detail page's metadata)."""
+    count = int(memory.access_count)
+    last = f", last {_when(memory.last_accessed)}" if memory.last_accessed is not None else ""
+    return mark_safe(
+        f'<span id="accessed-{memory.id}"{_OOB if oob else ""}>{count} time{"" if count == 1 else "s"}{last}</span>'
+    )
+
+
+def activation_push(memory: Memory, activation: float) -> SafeString:
+    """What the socket and the polling fallback send for one memory: every live figure, each swapped out of band
+    by id. A page holds some of them (the list only bars); site.js drops the ones it does not hold."""
+    return mark_safe(
+        activation_bar(memory, activation, oob=True)
+        + activation_number(memory, activation, oob=True)
+        + activation_stored(memory, oob=True)
+        + accessed(memory, oob=True)
     )
 
 

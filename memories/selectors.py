@@ -695,17 +695,21 @@ def memory_neighbourhood(*, workspace: Workspace, memory: Memory, max_nodes: int
     return Neighbourhood(nodes=list(nodes.values()), edges=list(edges.values()), truncated=truncated)
 
 
+LIVE_COLUMNS: tuple[str, ...] = (
+    "id",
+    "activation_score",
+    "activation_last_boost_at",
+    "activation_half_life_hours",
+    "activation_boost_count",
+    "access_count",
+    "last_accessed",
+)
+"""What memories.fragments.activation_push reads: a push loads these and nothing more."""
+
+
 def memories_activation(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> list[Memory]:
-    """Just the activation columns of some memories (the live bar's polling fallback)."""
-    return list(
-        Memory.objects.filter(workspace=workspace, id__in=list(ids)[:900]).only(
-            "id",
-            "activation_score",
-            "activation_last_boost_at",
-            "activation_half_life_hours",
-            "activation_boost_count",
-        )
-    )
+    """Just the columns of the live figures of some memories (the polling fallback and the socket push)."""
+    return list(Memory.objects.filter(workspace=workspace, id__in=list(ids)[:900]).only(*LIVE_COLUMNS))
 
 
 def api_token_of(*, user: AbstractBaseUser | AnonymousUser) -> str | None:

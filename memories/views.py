@@ -32,7 +32,7 @@ from history import audit
 from history.audit import CREATED_MEMORIES
 from history.models import EvolutionRecord
 from history.revert import revertible
-from memories import selectors, services
+from memories import fragments, selectors, services
 from memories.charts import DECAY_DAYS, activation_now, decay_chart, history_chart
 from memories.forms import (
     BULK_LABELS,
@@ -238,10 +238,7 @@ def activation_bars(request: HttpRequest, ws: str) -> HttpResponse:
             continue
     now = timezone.now()
     html = "".join(
-        render_to_string(
-            "memories/partials/activation_bar.html",
-            {"memory": m, "activation": activation_now(m, now), "oob": True},
-        )
+        fragments.activation_push(m, activation_now(m, now))
         for m in selectors.memories_activation(workspace=access.workspace, ids=ids)
     )
     return HttpResponse(html)

@@ -1,4 +1,4 @@
-"""`{% memory_row row can_edit %}` and `{% activation_bar memory activation oob %}`: see memories.fragments."""
+"""`{% memory_row %}`, `{% activation_bar %}` and the detail page's live figures: see memories.fragments."""
 
 from __future__ import annotations
 
@@ -19,3 +19,23 @@ def memory_row(row: fragments.Row, can_edit: bool) -> SafeString:
 @register.simple_tag
 def activation_bar(memory: Memory, activation: float, oob: bool = False) -> SafeString:
     return fragments.activation_bar(memory, float(activation), oob=bool(oob))
+
+
+@register.simple_tag
+def activation_number(memory: Memory, activation: float) -> SafeString:
+    return fragments.activation_number(memory, float(activation))
+
+
+@register.simple_tag
+def activation_stored(memory: Memory) -> SafeString:
+    return fragments.activation_stored(memory)
+
+
+@register.simple_tag
+def accessed(memory: Memory) -> SafeString:
+    return fragments.accessed(memory)
+
+
+@register.simple_tag
+def activation_push(memory: Memory, activation: float) -> SafeString:
+    return fragments.activation_push(memory, float(activation))

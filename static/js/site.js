@@ -16,6 +16,30 @@
   document.addEventListener("htmx:wsClose", function () { setLive(false); });
   document.addEventListener("htmx:wsError", function () { setLive(false); });
 
+  // Out-of-band swaps only for elements this page has. The activation push (socket and polling fallback) sends
+  // every live figure of every memory that moved; a page holds a few of them (the list its bars, a memory's
+  // page its number, stored value and Accessed), and htmx logs htmx:oobErrorNoTarget for each of the rest.
+  // Enabled for the whole page by hx-ext="present-only" on <body>.
+  if (window.htmx) {
+    window.htmx.defineExtension("present-only", {
+      transformResponse: function (text) {
+        if (text.indexOf("hx-swap-oob") === -1) { return text; }
+        var template = document.createElement("template");
+        template.innerHTML = text;
+        var dropped = false;
+        Array.prototype.slice.call(template.content.children).forEach(function (el) {
+          var oob = el.getAttribute("hx-swap-oob");
+          // Only a plain by-id swap ("true" or a swap style) names its target by the element's own id.
+          if (oob !== null && oob.indexOf(":") === -1 && el.id && !document.getElementById(el.id)) {
+            el.remove();
+            dropped = true;
+          }
+        });
+        return dropped ? template.innerHTML : text;
+      }
+    });
+  }
+
   // Workspace switcher: go as soon as a workspace is chosen (the noscript button does it without JS).
   document.addEventListener("change", function (event) {
     var form = event.target.closest && event.target.closest("form[data-autosubmit]");

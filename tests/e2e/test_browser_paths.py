@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -185,3 +186,42 @@ def test_the_drift_timeline_shows_when_each_value_was_true(
     # The flag's window runs from the first change to the last, days apart, not within one minute.
     expect(card.locator(".msg.warning")).to_contain_text(f"between {expected[-1]}")
     expect(card.locator(".msg.warning")).to_contain_text(f"and {expected[0]}")
+
+
+def boost(e2e_server: E2EServer, credentials: Credentials, slug: str, memory_id: str) -> None:
+    """One direct read through the API: the signal bus boosts the memory (+0.05) and counts an access."""
+    request = urllib.request.Request(
+        f"{e2e_server.url}/api/v1/workspaces/{slug}/memories/{memory_id}/",
+        headers={"Authorization": f"Token {credentials.token}"},
+    )
+    urllib.request.urlopen(request, timeout=10).close()
+
+
+def console_errors(page: Page) -> list[str]:
+    errors: list[str] = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    return errors
+
+
+def test_a_live_push_updates_every_figure_of_a_memory_page_without_console_errors(
+    page: Page, e2e_server: E2EServer, e2e_user: Credentials, e2e_workspace: Workspace
+) -> None:
+    ws = e2e_workspace("live-detail-ws", memories=notes(26))
+    target, others = ws["ids"][0], ws["ids"][1:]
+    errors = console_errors(page)
+    page.goto(f"/w/{ws['slug']}/memories/{target}/")
+    expect(page.locator(f"#act-big-{target}")).to_be_visible()
+    number = page.locator(f"#act-big-{target}").inner_text()
+    expect(page.locator(f"#act-stored-{target}")).to_contain_text("0 boosts")
+    expect(page.locator(f"#accessed-{target}")).to_have_text("0 times")
+    page.wait_for_function("window.smLive === true")
+    # Every other memory of the workspace moves too: their figures are in the same push.
+    for memory_id in [target, *others]:
+        boost(e2e_server, e2e_user, ws["slug"], memory_id)
+    expect(page.locator(f"#act-stored-{target}")).to_contain_text("1 boost.", timeout=8000)
+    expect(page.locator(f"#accessed-{target}")).to_contain_text("1 time, last")
+    assert page.locator(f"#act-big-{target}").inner_text() != number
+    bar = float(page.locator(f"#act-{target}").get_attribute("data-value") or "0")
+    assert float(page.locator(f"#act-big-{target}").inner_text()) == pytest.approx(bar, abs=0.001)
+    page.wait_for_timeout(1500)  # a later flush may push once more
+    assert errors == [], f"console errors during the live push: {errors}"

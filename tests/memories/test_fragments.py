@@ -83,3 +83,16 @@ def test_activation_bar_partial_is_the_fragment(oob: bool) -> None:
     html = render_to_string("memories/partials/activation_bar.html", {"memory": m, "activation": 0.5, "oob": oob})
     assert html.strip() == fragments.activation_bar(m, 0.5, oob=oob)
     assert ('hx-swap-oob="true"' in html) is oob
+
+
+def test_a_push_carries_every_live_figure_of_the_detail_page_out_of_band() -> None:
+    m = memory(activation_score=0.5, activation_last_boost_at=T0, access_count=1, last_accessed=T0)
+    html = fragments.activation_push(m, 0.42)
+    for element in (f"act-{m.id}", f"act-big-{m.id}", f"act-stored-{m.id}", f"accessed-{m.id}"):
+        assert f'id="{element}"' in html
+    assert html.count('hx-swap-oob="true"') == 4
+    assert ">0.420<" in html
+    assert "3 boosts." in html and "1 time, last" in html
+    # The page renders the same figures, without the out-of-band marker.
+    assert fragments.activation_stored(m) == fragments.activation_stored(m, oob=True).replace(' hx-swap-oob="true"', "")
+    assert fragments.accessed(memory(access_count=0)).endswith(">0 times</span>")
