@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP through Django, WebSockets through Channels (session-authenticated)."""
+"""ASGI entry point: HTTP through Django (and /mcp/ through the MCP server), WebSockets through Channels
+(session-authenticated)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from smartmemory_site.bodylimit import BodyLimit  # noqa: E402
+from smartmemory_site.mcp.http import with_mcp  # noqa: E402
 from smartmemory_site.routing import websocket_urlpatterns  # noqa: E402
 from smartmemory_site.runtime import start_background_workers  # noqa: E402
 
@@ -25,7 +27,8 @@ start_background_workers()
 application = ProtocolTypeRouter(
     {
         "http": BodyLimit(
-            PooledSyncThreads(django_asgi_app, size=settings.SYNC_WORKER_THREADS),
+            # /mcp/ (smartmemory_site.mcp.http) runs inside the same pool of request threads as the REST API.
+            PooledSyncThreads(with_mcp(django_asgi_app), size=settings.SYNC_WORKER_THREADS),
             max_bytes=settings.REQUEST_MAX_BYTES,
             max_bulk_bytes=settings.REQUEST_MAX_BULK_BYTES,
         ),

@@ -1,0 +1,507 @@
+"""The MCP tools: each one the adapter of one REST operation, over the same selectors and services.
+
+A tool resolves the caller's access to the workspace first (a non-member's workspace is not found, a
+viewer's write is forbidden, exactly as ``workspace_access`` answers the REST views), then checks the
+argument names against its input schema, then hands the values to the validators and the service the REST
+view calls, and renders the REST contract's JSON. Every value check is the shared validators' own, so a bad
+argument is refused with the REST API's code, field and message, before anything is written.
+
+The JSON Schemas describe the arguments to the client (types, ranges, choices); they are documentation of
+what the validators accept, never a second validation with other messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
+
+from core.errors import InvalidInput, NotFound
+from evolution import engine, engine_inputs
+from evolution import selectors as evolution_selectors
+from evolution.api import history_json
+from evolution.api_engine import evolve_json, outcome_json
+from evolution.api_proposals import proposal_json
+from evolution.models import ProposalKind, ProposalStatus
+from evolution.typed_selectors import proposal_list
+from memories import inputs, services
+from memories import selectors as memory_selectors
+from memories.models import MemoryType, Status, Tier
+from memories.serializers import iso_z, memory_json
+from surfacing import retrieval
+from surfacing import services as surfacing_services
+from surfacing.algorithms.composite import SurfacingMode
+from surfacing.algorithms.router import Strategy
+from surfacing.api import context_json
+from surfacing.services import PIN_WEIGHT_MAX
+
+Json = dict[str, Any]
+
+WORKSPACE = "workspace"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who calls: the token's user, and the workspace the connection is bound to (stdio), if any."""
+
+    user: AbstractBaseUser
+    workspace: str | None = None
+
+
+Handler = Callable[[memory_selectors.WorkspaceAccess, AbstractBaseUser, Mapping[str, Any]], Json]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    title: str
+    description: str
+    properties: Mapping[str, Json]
+    required: tuple[str, ...]
+    require: memory_selectors.Access
+    read_only: bool
+    idempotent: bool
+    handler: Handler
+
+    def input_schema(self, *, bound: bool) -> Json:
+        """The JSON Schema of the arguments; ``workspace`` is optional on a connection bound to one."""
+        workspace = {"type": "string", "description": "the workspace's slug"}
+        if bound:
+            workspace["description"] += " (default and only choice: the workspace this connection serves)"
+        required = list(self.required) if bound else [WORKSPACE, *self.required]
+        return {
+            "type": "object",
+            "properties": {WORKSPACE: workspace, **self.properties},
+            "required": required,
+            "additionalProperties": False,
+        }
+
+
+def workspace_slug(caller: Caller, arguments: Mapping[str, Any]) -> str:
+    """The workspace a call names (or the connection's own); another one than a bound connection's is not
+    found, like a workspace the caller is no member of."""
+    slug = arguments.get(WORKSPACE, caller.workspace)
+    if slug is None:
+        raise InvalidInput(f"{WORKSPACE}: this field is required", field=WORKSPACE)
+    if not isinstance(slug, str) or not slug:
+        raise InvalidInput(f"{WORKSPACE}: expected a workspace slug", field=WORKSPACE)
+    if caller.workspace is not None and slug != caller.workspace:
+        raise NotFound(f"workspace {slug!r} not found", field=WORKSPACE)
+    return slug
+
+
+def call(spec: ToolSpec, caller: Caller, arguments: Mapping[str, Any]) -> Json:
+    """Run one tool call: access, argument names, then the tool's validators and service."""
+    access = memory_selectors.workspace_access(
+        user=caller.user, slug=workspace_slug(caller, arguments), require=spec.require
+    )
+    body = {k: v for k, v in arguments.items() if k != WORKSPACE}
+    allowed = sorted(spec.properties)
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise InvalidInput(f"{unknown[0]}: unknown field; expected {', '.join(allowed)}", field=unknown[0])
+    for name in spec.required:
+        if name not in body:
+            raise InvalidInput(f"{name}: this field is required", field=name)
+    return spec.handler(access, caller.user, body)
+
+
+# -- argument schemas -------------------------------------------------------------------------------
+
+
+def _string(description: str, **extra: Any) -> Json:
+    return {"type": "string", "description": description, **extra}
+
+
+def _integer(description: str, **extra: Any) -> Json:
+    return {"type": "integer", "description": description, **extra}
+
+
+def _when(description: str) -> Json:
+    return _string(description + " (ISO 8601, e.g. 2026-01-31T09:00:00Z)", format="date-time")
+
+
+_QUERY = _string("what the agent is working on, in words", minLength=1, maxLength=retrieval.MAX_QUERY_CHARS)
+_SESSION = _string("the agent's session id (pins and retrieval events belong to it)", maxLength=128)
+_MEMORY_ID = _string("the memory's id", format="uuid")
+
+_CONTEXT_PROPERTIES: Json = {
+    "query": _QUERY,
+    "session_id": _SESSION,
+    "k": _integer("how many items at most", minimum=1, maximum=retrieval.MAX_K, default=20),
+    "max_tokens": _integer("token budget of the items (anchors always fit)", minimum=1),
+    "strategy": _string("force a strategy instead of the router's choice", enum=[s.value for s in Strategy]),
+    "mode": _string("surfacing mode; default: the workspace's setting", enum=[m.value for m in SurfacingMode]),
+    "explain": {"type": "boolean", "description": "also list the next candidates and what held each down"},
+}
+
+_SEARCH_PROPERTIES: Json = {
+    "query": _QUERY,
+    "k": _integer("how many hits at most", minimum=1, maximum=retrieval.MAX_K, default=10),
+    "session_id": _SESSION,
+}
+
+_MEMORY_PROPERTIES: Json = {
+    "content": _string("the memory's text", minLength=1, maxLength=inputs.MAX_CONTENT_CHARS),
+    "memory_type": _string("kind of memory (default semantic)", enum=list(MemoryType.values)),
+    "subject": _string("what it is about (a name, a topic)", maxLength=200),
+    "tags": {
+        "type": "array",
+        "items": {"type": "string", "minLength": 1, "maxLength": inputs.MAX_TAG_CHARS},
+        "maxItems": inputs.MAX_TAGS,
+    },
+    "origin": _string("who it comes from, a prefix and a name (default api:<your username>)", maxLength=120),
+    "confidence": {"type": "number", "minimum": 0, "maximum": 1, "description": "default 1"},
+    "tier": _string("default warm", enum=list(Tier.values)),
+    "status": _string("default active", enum=[Status.ACTIVE, Status.ARCHIVED]),
+    "pinned": {"type": "boolean", "description": "always surfaced as an anchor"},
+    "created_at": _when("when it happened, for history recorded later"),
+    "valid_from": _when("start of the time the fact holds"),
+    "valid_to": _when("end of the time the fact holds"),
+    "metadata": {"type": "object", "description": "free JSON (at most 64 KiB)"},
+}
+
+_CONVERSATION_PROPERTIES: Json = {
+    "sessions": {
+        "type": "array",
+        "minItems": 1,
+        "description": "conversations; each turn becomes an episodic memory of its session",
+        "items": {
+            "type": "object",
+            "properties": {
+                "started_at": _when("when the conversation took place"),
+                "session_id": _string("an id of your own for the conversation", maxLength=128),
+                "turns": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "speaker": _string("who spoke", minLength=1, maxLength=120),
+                            "text": _string("what was said", minLength=1, maxLength=inputs.MAX_CONTENT_CHARS),
+                            "ref": _string("a reference of your own, kept in metadata", maxLength=120),
+                        },
+                        "required": ["speaker", "text"],
+                        "additionalProperties": False,
+                    },
+                },
+            },
+            "required": ["started_at", "turns"],
+            "additionalProperties": False,
+        },
+    }
+}
+
+_PIN_PROPERTIES: Json = {
+    "session_id": _string("the session the pin belongs to", minLength=1, maxLength=128),
+    "memory_id": _MEMORY_ID,
+    "weight": {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "maximum": PIN_WEIGHT_MAX,
+        "description": "how strongly the pin lifts the memory (default 1)",
+    },
+}
+
+_TEXT = engine_inputs.MAX_TEXT
+
+_OUTCOME_PROPERTIES: Json = {
+    "task_type": _string("the kind of task", minLength=1, maxLength=engine_inputs.MAX_TASK_TYPE),
+    "result": _string("how it went", enum=["success", "fail"]),
+    "approach": _string("how it was done (default: default)", maxLength=engine_inputs.MAX_APPROACH),
+    "context": {
+        "type": "object",
+        "properties": {
+            "lesson": _string("what to do next time", maxLength=_TEXT),
+            "issue": _string("what went wrong", maxLength=_TEXT),
+            "solution": _string("what fixed it", maxLength=_TEXT),
+        },
+        "additionalProperties": False,
+    },
+    "created_at": _when("when it happened, for history recorded later"),
+}
+
+_CORRECTION_PROPERTIES: Json = {
+    "what_i_did_wrong": _string("the mistake", minLength=1, maxLength=_TEXT),
+    "what_i_should_do": _string("the right way", minLength=1, maxLength=_TEXT),
+    "context": _string("where it happened", minLength=1, maxLength=_TEXT),
+    "topic": _string("the subject the correction wins (default: general)", maxLength=engine_inputs.MAX_TOPIC),
+    "created_at": _when("when it was corrected"),
+}
+
+_REFLECTION_PROPERTIES: Json = {
+    "context": _string("the task reflected on", minLength=1, maxLength=_TEXT),
+    "reflection": _string("what was noticed", minLength=1, maxLength=_TEXT),
+    "lesson": _string("the lesson drawn", minLength=1, maxLength=_TEXT),
+    "topic": _string("the subject", maxLength=engine_inputs.MAX_TOPIC),
+    "created_at": _when("when it was written"),
+}
+
+_HISTORY_PROPERTIES: Json = {
+    "memory_id": _MEMORY_ID,
+    "limit": _integer("records per page (default 50)", minimum=1, maximum=1000),
+    "before": _integer("records older than this id (the previous page's next)", minimum=0),
+}
+
+_PROPOSAL_PROPERTIES: Json = {
+    "status": _string("only proposals with this status", enum=list(ProposalStatus.values)),
+    "kind": _string("only proposals of this kind", enum=list(ProposalKind.values)),
+    "after": _integer("proposals after this id (the previous page's next)", minimum=0),
+    "limit": _integer("proposals per page (default 100)", minimum=1, maximum=500),
+}
+
+
+# -- handlers ---------------------------------------------------------------------------------------
+
+
+def _working_context(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
+    explain = body.get("explain", False)
+    if not isinstance(explain, bool):
+        raise InvalidInput("explain: expected true or false", field="explain")
+    context = retrieval.get_working_context(
+        access.workspace,
+        body.get("session_id"),
+        body["query"],
+        k=body.get("k", 20),
+        max_tokens=body.get("max_tokens"),
+        strategy=body.get("strategy"),
+        mode=body.get("mode"),
+        explain=explain,
+    )
+    return context_json(context)
+
+
+def _search(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
+    session_id = body.get("session_id") or ""
+    if not isinstance(session_id, str):
+        raise InvalidInput("session_id: expected a string", field="session_id")
+    result = retrieval.search(access.workspace, body["query"], k=body.get("k", 10), session_id=session_id)
+    now = timezone.now()
+    return {
+        "result_set": str(result.result_set),
+        "results": [
+            {**memory_json(hit.memory, now, workspace=access.workspace), "score": hit.score} for hit in result.hits
+        ],
+    }
+
+
+def _add_memory(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
+    item = inputs.memory_input(body)
+    (memory,) = services.client_memories_create(
+        workspace=access.workspace, actor=user, items=[item], trusted=access.is_owner, bulk=False
+    )
+    return memory_json(memory, timezone.now(), workspace=access.workspace)
+
+
+def _ingest(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
+    sessions = inputs.conversation_input(body)
+    ids = services.conversation_ingest(workspace=access.workspace, actor=user, sessions=sessions)
+    return {"ids": [str(i) for i in ids]}
+
+
+def _pin(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
+    memory = memory_selectors.memory_get(workspace=access.workspace, memory_id=body["memory_id"], field="memory_id")
+    pin = surfacing_services.pin_put(
+        workspace=access.workspace, session_id=body["session_id"], memory=memory, weight=body.get("weight")
+    )
+    return {
+        "session_id": body["session_id"],
+        "memory_id": str(pin.memory_id),
+        "weight": pin.weight,
+        "expires_at": iso_z(pin.expires_at),
+    }
+
+
+def _unpin(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
+    memory = memory_selectors.memory_get(workspace=access.workspace, memory_id=body["memory_id"], field="memory_id")
+    removed = surfacing_services.pin_delete(workspace=access.workspace, session_id=body["session_id"], memory=memory)
+    return {"session_id": body["session_id"], "memory_id": str(memory.id), "removed": removed}
+
+
+def _outcome(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
+    recorded = engine.outcome_record(workspace=access.workspace, item=engine_inputs.outcome_input(body))
+    return {**outcome_json(recorded.outcome), "proposals": evolve_json(recorded.evolved)}
+
+
+def _correction(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
+    item = engine_inputs.correction_input(body)
+    memory = engine.correction_record(workspace=access.workspace, actor=user, item=item)
+    return memory_json(memory, timezone.now(), workspace=access.workspace)
+
+
+def _reflection(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
+    item = engine_inputs.reflection_input(body)
+    recorded = engine.reflection_record(workspace=access.workspace, actor=user, item=item)
+    return memory_json(recorded.memory, timezone.now(), workspace=access.workspace)
+
+
+def _history(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
+    mid = memory_selectors.parse_memory_id(body["memory_id"], field="memory_id")
+    limit = inputs.int_param(body.get("limit"), "limit")
+    records, next_cursor = evolution_selectors.memory_history(
+        workspace=access.workspace,
+        memory_id=mid,
+        before_id=inputs.int_param(body.get("before"), "before"),
+        limit=50 if limit is None else limit,
+    )
+    return {"results": [history_json(r, str(mid)) for r in records], "next": next_cursor}
+
+
+def _proposals(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
+    limit = inputs.int_param(body.get("limit"), "limit")
+    page, cursor = proposal_list(
+        workspace=access.workspace,
+        status=body.get("status") or "",
+        kind=body.get("kind") or "",
+        after_id=inputs.int_param(body.get("after"), "after") or 0,
+        limit=100 if limit is None else limit,
+    )
+    return {"results": [proposal_json(p) for p in page], "next": cursor}
+
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        name="get_working_context",
+        title="Get working context",
+        description=(
+            "The memories to work with for a query, ranked, each with its score breakdown (activation, relevance, "
+            "recency, centrality, pins, anchors) and provenance (how it was found), plus drift warnings. "
+            "Call it at the start of a task and when the task changes; the items it returns are warmed up."
+        ),
+        properties=_CONTEXT_PROPERTIES,
+        required=("query",),
+        require="view",
+        read_only=False,
+        idempotent=False,
+        handler=_working_context,
+    ),
+    ToolSpec(
+        name="search_memories",
+        title="Search memories",
+        description="Direct retrieval: the memories most relevant to a query, best first, with a score in [0, 1].",
+        properties=_SEARCH_PROPERTIES,
+        required=("query",),
+        require="view",
+        read_only=False,
+        idempotent=False,
+        handler=_search,
+    ),
+    ToolSpec(
+        name="add_memory",
+        title="Add a memory",
+        description="Store one memory (a fact, a decision, a preference, an observation...). Needs editor or owner.",
+        properties=_MEMORY_PROPERTIES,
+        required=("content",),
+        require="edit",
+        read_only=False,
+        idempotent=False,
+        handler=_add_memory,
+    ),
+    ToolSpec(
+        name="ingest_conversation",
+        title="Ingest a conversation",
+        description=(
+            "Store conversations: one episodic memory per turn, linked to its session and to the previous turn, "
+            "with entity mentions. Returns the new ids in turn order. Needs editor or owner."
+        ),
+        properties=_CONVERSATION_PROPERTIES,
+        required=("sessions",),
+        require="edit",
+        read_only=False,
+        idempotent=False,
+        handler=_ingest,
+    ),
+    ToolSpec(
+        name="pin_memory",
+        title="Pin a memory for a session",
+        description="Keep a memory in the session's working context for 24 hours (any member may pin).",
+        properties=_PIN_PROPERTIES,
+        required=("session_id", "memory_id"),
+        require="view",
+        read_only=False,
+        idempotent=True,
+        handler=_pin,
+    ),
+    ToolSpec(
+        name="unpin_memory",
+        title="Unpin a memory",
+        description="Remove a session's pin; removed is false when there was none.",
+        properties={k: v for k, v in _PIN_PROPERTIES.items() if k != "weight"},
+        required=("session_id", "memory_id"),
+        require="view",
+        read_only=False,
+        idempotent=True,
+        handler=_unpin,
+    ),
+    ToolSpec(
+        name="record_outcome",
+        title="Record a task outcome",
+        description=(
+            "Tell the engine how a task went (success or fail, the approach, the lesson). Its lesson may lead to a "
+            "strategy proposal, which a person reviews. Needs editor or owner."
+        ),
+        properties=_OUTCOME_PROPERTIES,
+        required=("task_type", "result"),
+        require="edit",
+        read_only=False,
+        idempotent=False,
+        handler=_outcome,
+    ),
+    ToolSpec(
+        name="record_correction",
+        title="Record a correction",
+        description=(
+            "Store what was done wrong and what to do instead, as a HOT correction that wins its topic over older "
+            "rules. Needs editor or owner."
+        ),
+        properties=_CORRECTION_PROPERTIES,
+        required=("what_i_did_wrong", "what_i_should_do", "context"),
+        require="edit",
+        read_only=False,
+        idempotent=False,
+        handler=_correction,
+    ),
+    ToolSpec(
+        name="add_reflection",
+        title="Add a reflection",
+        description=(
+            "Store a reflection on a task and the lesson drawn; the dream weighs the lessons. Needs editor or owner."
+        ),
+        properties=_REFLECTION_PROPERTIES,
+        required=("context", "reflection", "lesson"),
+        require="edit",
+        read_only=False,
+        idempotent=False,
+        handler=_reflection,
+    ),
+    ToolSpec(
+        name="memory_history",
+        title="Memory history",
+        description="What the evolution engine and people did to a memory, newest first, with reasons.",
+        properties=_HISTORY_PROPERTIES,
+        required=("memory_id",),
+        require="view",
+        read_only=True,
+        idempotent=True,
+        handler=_history,
+    ),
+    ToolSpec(
+        name="list_proposals",
+        title="List proposals",
+        description=(
+            "The review queue: summaries, promotions, strategies and merges the engine proposes, oldest first. "
+            "Read only: approving or rejecting is a person's decision, in the browser."
+        ),
+        properties=_PROPOSAL_PROPERTIES,
+        required=(),
+        require="view",
+        read_only=True,
+        idempotent=True,
+        handler=_proposals,
+    ),
+)
+
+TOOLS_BY_NAME: dict[str, ToolSpec] = {spec.name: spec for spec in TOOLS}
