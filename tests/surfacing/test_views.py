@@ -295,8 +295,9 @@ def test_save_with_nothing_to_change_says_so(demo: Workspace, owner: Client) -> 
 
 def test_query_counts_are_pinned(owner: Client, django_assert_max_num_queries: Any) -> None:
     """Session, user, membership, the shared navigation (``nav``: the workspace list and the section
-    counts other apps add); the service's reads (the index's newest row, search, candidate rows with the anchors, graph generation,
-    context rows, details, drift); one more set per compared mode. Nothing per row: k=50 costs what k=20 does."""
+    counts other apps add); the service's reads (the index's newest row, search, candidate rows with the
+    anchors, graph generation, context rows, details, drift); one more set per compared mode. Nothing per
+    row: k=50 costs what k=20 does."""
     nav = 3
     owner.get(PAGE, {"q": QUERY, "mode": "router"})  # warm the graph snapshot, as a running server has it
     with django_assert_max_num_queries(3 + nav):
