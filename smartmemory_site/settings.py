@@ -47,6 +47,22 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy of every page (smartmemory_site.csp says why each allowance is there).
+CONTENT_SECURITY_POLICY = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'", "'unsafe-eval'"],
+    "style-src": ["'self'", "'unsafe-inline'"],
+    "img-src": ["'self'", "data:"],
+    "connect-src": ["'self'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
+if config.env_str("DJANGO_CSP_REPORT_URI"):
+    CONTENT_SECURITY_POLICY["report-uri"] = [config.env_str("DJANGO_CSP_REPORT_URI")]
+# Report violations (to the browser console and report-uri) without blocking: for trying out a change.
+CONTENT_SECURITY_POLICY_REPORT_ONLY = config.env_bool("DJANGO_CSP_REPORT_ONLY", False)
 
 INSTALLED_APPS = [
     "daphne",
@@ -70,6 +86,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "smartmemory_site.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

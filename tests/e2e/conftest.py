@@ -332,11 +332,15 @@ def page(
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # Chromium reports what the Content-Security-Policy blocked (a script, a style, a socket) as a console error.
+    blocked: list[str] = []
+    page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
     yield page
     if request.node.stash.get(_FAILED, False):
         save_screenshot(page, f"failed-{request.node.name}")
     context.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
+    assert not blocked, f"blocked by the Content-Security-Policy: {blocked}"
 
 
 def save_screenshot(page: Page, name: str, full_page: bool = True) -> Path:
