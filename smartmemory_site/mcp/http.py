@@ -2,7 +2,8 @@
 
 ``Authorization: Bearer <token>`` (or the REST API's ``Token <token>``) names the caller: the same token
 lookup as the REST API (``memories.api_auth.TokenAuthentication``), the same inactive-user refusal, a 401 in
-the API's error shape otherwise. The workspace is chosen per call by its slug.
+the API's error shape otherwise, and the same limit on failed token checks per address (a 429 before any
+lookup). The workspace is chosen per call by its slug.
 
 The transport is the SDK's, stateless with JSON responses: every POST carries one JSON-RPC message and is
 answered in its response, so any process of a scaled install can serve any request and nothing is held
@@ -21,6 +22,7 @@ import asyncio
 import contextvars
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -28,12 +30,14 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core import signals
+from django.http import HttpRequest
 from django.http.request import split_domain_port, validate_host
 from mcp.server import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from rest_framework import exceptions
 
-from memories.api_auth import TokenAuthentication
+from core.throttles import client_address, throttle_hit, throttle_wait
+from memories.api_auth import FAILURE_SCOPE, TokenAuthentication
 from smartmemory_site.mcp.server import build_server
 from smartmemory_site.mcp.tools import Caller
 
@@ -78,16 +82,34 @@ def bearer_key(scope: Scope) -> str | None:
         return None
 
 
-def _user_of(key: str) -> AbstractBaseUser | None:
-    """The active user whose token is ``key``, looked up as the REST API does; None otherwise."""
+def address_of(scope: Scope) -> str:
+    """The caller's address as the REST API's rate limits see it (REMOTE_ADDR, or the X-Forwarded-For entry
+    of the trusted proxies: ``core.throttles.client_address``)."""
+    request = HttpRequest()
+    client = scope.get("client")
+    request.META["REMOTE_ADDR"] = client[0] if client else ""
+    forwarded = _header(scope, b"x-forwarded-for")
+    if forwarded is not None:
+        request.META["HTTP_X_FORWARDED_FOR"] = forwarded.decode("latin-1")
+    return client_address(request)
+
+
+def _user_of(key: str, address: str) -> AbstractBaseUser | float | None:
+    """The active user whose token is ``key``, looked up as the REST API does; None for a bad token (counted
+    against ``address``), or the seconds to wait when the address's failures already reached their rate."""
     signals.request_started.send(sender=McpHttp)
     try:
-        user, _ = TokenAuthentication().authenticate_credentials(key)
-    except exceptions.AuthenticationFailed:
-        return None
+        wait = throttle_wait(FAILURE_SCOPE, address)
+        if wait is not None:
+            return wait
+        try:
+            user, _ = TokenAuthentication().authenticate_credentials(key)
+        except exceptions.AuthenticationFailed:
+            throttle_hit(FAILURE_SCOPE, address)
+            return None
+        return user  # type: ignore[no-any-return]
     finally:
         signals.request_finished.send(sender=McpHttp)
-    return user  # type: ignore[no-any-return]
 
 
 async def _answer(send: Send, status: int, body: dict[str, Any], headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
@@ -168,7 +190,18 @@ class McpHttp:
                 ((b"www-authenticate", b'Bearer realm="api"'),),
             )
             return
-        user = await sync_to_async(_user_of, thread_sensitive=True)(key)
+        user = await sync_to_async(_user_of, thread_sensitive=True)(key, address_of(scope))
+        if isinstance(user, float):
+            await _answer(
+                send,
+                429,
+                {
+                    "error": "throttled",
+                    "detail": f"too many failed token checks from this address; retry in {user:.0f} s",
+                },
+                ((b"retry-after", str(math.ceil(user)).encode()),),
+            )
+            return
         if user is None:
             await _answer(
                 send,

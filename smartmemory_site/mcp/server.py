@@ -5,15 +5,17 @@ request does: under the ASGI server that is one of the pooled request threads (`
 under stdio asgiref's one thread. ``request_started`` and ``request_finished`` are sent around it, so the
 database connections and caches are looked after as for a REST request.
 
-A domain error (bad input, not found, forbidden, conflict) is a tool result with ``isError`` whose JSON is
-the REST API's error body, ``{"error": code, "detail": ..., "field"?}``, plus the ``status`` the REST call
-would have answered. Anything else is logged and answered as a ``server_error``, without a traceback;
-services write in one transaction, so a failed call has written nothing.
+A domain error (bad input, not found, forbidden, conflict, too many writes) is a tool result with ``isError``
+whose JSON is the REST API's error body, ``{"error": code, "detail": ..., "field"?}``, plus the ``status``
+the REST call would have answered (and ``retry_after``, in seconds, with a 429). Anything else is logged and
+answered as a ``server_error``, without a traceback; services write in one transaction, so a failed call has
+written nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any
@@ -54,6 +56,8 @@ def error_json(exc: DomainError) -> Json:
     if exc.field:
         body["field"] = exc.field
     body["status"] = exc.status_code
+    if isinstance(exc, tools.Throttled):
+        body["retry_after"] = math.ceil(exc.wait)
     return body
 
 

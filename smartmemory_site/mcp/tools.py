@@ -18,8 +18,10 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
+from rest_framework import exceptions
 
-from core.errors import InvalidInput, NotFound
+from core.errors import DomainError, InvalidInput, NotFound
+from core.throttles import throttle_hit
 from evolution import engine, engine_inputs
 from evolution import selectors as evolution_selectors
 from evolution.api import history_json
@@ -41,6 +43,18 @@ from surfacing.services import PIN_WEIGHT_MAX
 Json = dict[str, Any]
 
 WORKSPACE = "workspace"
+WRITE_SCOPE = "write"
+
+
+class Throttled(DomainError):
+    """The caller's writes reached the ``write`` rate (core.throttles): the REST API's 429."""
+
+    status_code = 429
+    code = "throttled"
+
+    def __init__(self, wait: float) -> None:
+        super().__init__(str(exceptions.Throttled(wait).detail))
+        self.wait = wait
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,8 @@ class ToolSpec:
     properties: Mapping[str, Json]
     required: tuple[str, ...]
     require: memory_selectors.Access
+    # Counted against the caller's write rate, as the REST call is (search and context are reads).
+    counts_as_write: bool
     read_only: bool
     idempotent: bool
     handler: Handler
@@ -94,7 +110,12 @@ def workspace_slug(caller: Caller, arguments: Mapping[str, Any]) -> str:
 
 
 def call(spec: ToolSpec, caller: Caller, arguments: Mapping[str, Any]) -> Json:
-    """Run one tool call: access, argument names, then the tool's validators and service."""
+    """Run one tool call: the write rate, access, argument names, then the tool's validators and service
+    (the order of the REST API: DRF throttles before the view runs)."""
+    if spec.counts_as_write:
+        wait = throttle_hit(WRITE_SCOPE, f"user:{caller.user.pk}")
+        if wait is not None:
+            raise Throttled(wait)
     access = memory_selectors.workspace_access(
         user=caller.user, slug=workspace_slug(caller, arguments), require=spec.require
     )
@@ -374,6 +395,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         properties=_CONTEXT_PROPERTIES,
         required=("query",),
         require="view",
+        counts_as_write=False,
         read_only=False,
         idempotent=False,
         handler=_working_context,
@@ -385,6 +407,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         properties=_SEARCH_PROPERTIES,
         required=("query",),
         require="view",
+        counts_as_write=False,
         read_only=False,
         idempotent=False,
         handler=_search,
@@ -396,6 +419,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         properties=_MEMORY_PROPERTIES,
         required=("content",),
         require="edit",
+        counts_as_write=True,
         read_only=False,
         idempotent=False,
         handler=_add_memory,
@@ -410,6 +434,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         properties=_CONVERSATION_PROPERTIES,
         required=("sessions",),
         require="edit",
+        counts_as_write=True,
         read_only=False,
         idempotent=False,
         handler=_ingest,
@@ -421,6 +446,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         properties=_PIN_PROPERTIES,
         required=("session_id", "memory_id"),
         require="view",
+        counts_as_write=True,
         read_only=False,
         idempotent=True,
         handler=_pin,
@@ -432,6 +458,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         properties={k: v for k, v in _PIN_PROPERTIES.items() if k != "weight"},
         required=("session_id", "memory_id"),
         require="view",
+        counts_as_write=True,
         read_only=False,
         idempotent=True,
         handler=_unpin,
@@ -446,6 +473,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         properties=_OUTCOME_PROPERTIES,
         required=("task_type", "result"),
         require="edit",
+        counts_as_write=True,
         read_only=False,
         idempotent=False,
         handler=_outcome,
@@ -460,6 +488,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         properties=_CORRECTION_PROPERTIES,
         required=("what_i_did_wrong", "what_i_should_do", "context"),
         require="edit",
+        counts_as_write=True,
         read_only=False,
         idempotent=False,
         handler=_correction,
@@ -473,6 +502,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         properties=_REFLECTION_PROPERTIES,
         required=("context", "reflection", "lesson"),
         require="edit",
+        counts_as_write=True,
         read_only=False,
         idempotent=False,
         handler=_reflection,
@@ -484,6 +514,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         properties=_HISTORY_PROPERTIES,
         required=("memory_id",),
         require="view",
+        counts_as_write=False,
         read_only=True,
         idempotent=True,
         handler=_history,
@@ -498,6 +529,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         properties=_PROPOSAL_PROPERTIES,
         required=(),
         require="view",
+        counts_as_write=False,
         read_only=True,
         idempotent=True,
         handler=_proposals,
