@@ -391,9 +391,6 @@ def _dream(workspace: Workspace, actor: User | None, now: datetime, *, dry_run: 
             }
         )
 
-    pending = list(
-        Proposal.objects.filter(workspace=workspace, status=ProposalStatus.PENDING).order_by("created_at", "pk")
-    )
     since = now - timedelta(days=tiers.HOT_WINDOW_DAYS)
     recent = list(
         Outcome.objects.filter(workspace=workspace, created_at__gte=since, created_at__lte=now).order_by(
@@ -439,6 +436,10 @@ def _dream(workspace: Workspace, actor: User | None, now: datetime, *, dry_run: 
 
     # After the log is written: today's reflections count towards a promotion.
     proposed = dream_proposals.dream_propose(workspace=workspace, now=now, dry_run=dry_run)
+    # Listed after proposing, so the report's "waiting" counts what this dream proposed too.
+    pending = list(
+        Proposal.objects.filter(workspace=workspace, status=ProposalStatus.PENDING).order_by("created_at", "pk")
+    )
 
     moved_to = {c.key: c.to_tier.value for c in changes}
     final_tiers: Counter[str] = Counter(moved_to.get(item.key, item.tier.value) for item in items)

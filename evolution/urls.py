@@ -10,6 +10,7 @@ app_name = "evolution"
 
 urlpatterns = [
     path("w/<slug:ws>/evolution/proposals/", views.proposal_queue, name="proposals"),
+    path("w/<slug:ws>/evolution/counts/", views.counts, name="counts"),
     path("w/<slug:ws>/evolution/proposals/bulk/", views.proposal_bulk, name="proposals-bulk"),
     path("w/<slug:ws>/evolution/proposals/<int:proposal_id>/", views.proposal_detail, name="proposal"),
     path("w/<slug:ws>/evolution/proposals/<int:proposal_id>/approve/", views.proposal_approve, name="proposal-approve"),

@@ -144,6 +144,24 @@ def _revert_button(request: HttpRequest, ws: str, record_id: int, back: str, lab
     )
 
 
+# -- counters -------------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+@domain_errors
+def counts(request: HttpRequest, ws: str) -> HttpResponse:
+    """Every proposal counter a page may show (the nav badges, the queue's tabs), each swapped out of band by id.
+
+    Pages load it on ``counts-changed``, the event the htmx middleware triggers after an inline write; a page
+    swaps the counters it holds. One grouped COUNT.
+    """
+    access = _access(request, ws)
+    totals = page_selectors.proposal_counts(workspace=access.workspace)
+    context = {"counts": totals, "decided_count": sum(totals[s] for s in page_selectors.DECIDED)}
+    return render(request, "evolution/_counts.html", context)
+
+
 # -- proposals: pages -----------------------------------------------------------------------------
 
 
@@ -569,6 +587,8 @@ def drift(request: HttpRequest, ws: str) -> HttpResponse:
         "history": _history(history),
         "here": _url("drift", ws),
     }
+    if _target(request) == "drift-summary":
+        return render(request, f"{DRIFT}#summary", context)
     return render(request, DRIFT, context)
 
 

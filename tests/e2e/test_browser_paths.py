@@ -225,3 +225,70 @@ def test_a_live_push_updates_every_figure_of_a_memory_page_without_console_error
     assert float(page.locator(f"#act-big-{target}").inner_text()) == pytest.approx(bar, abs=0.001)
     page.wait_for_timeout(1500)  # a later flush may push once more
     assert errors == [], f"console errors during the live push: {errors}"
+
+
+def pending_proposals(e2e_server: E2EServer, slug: str, count: int) -> list[int]:
+    ids: list[int] = e2e_server.run(
+        """
+        from evolution import proposals
+        from memories.models import Workspace
+        ws = Workspace.objects.get(slug=params["slug"])
+        result = []
+        for i in range(params["count"]):
+            p, _ = proposals.proposal_create(
+                workspace=ws, kind="strategy", title=f"Rule {i}", rationale="Seen 3 times in 7 days.",
+                payload={"key": f"k{i}", "rule": f"Always do step {i} first", "weight": 0.5, "task_type": "deploy"},
+                dedupe_key=f"k{i}")
+            result.append(p.pk)
+        """,
+        slug=slug,
+        count=count,
+    )
+    return ids
+
+
+def test_counters_follow_inline_approve_reject_and_drift_actions(
+    page: Page, e2e_server: E2EServer, e2e_workspace: Workspace
+) -> None:
+    ws = e2e_workspace("counters-ws", memories=[{"content": "Dana prefers tabs", "memory_type": "preference"}])
+    ids = pending_proposals(e2e_server, ws["slug"], 3)
+    page.goto(f"/w/{ws['slug']}/evolution/proposals/")
+    nav = page.locator("#nav-count-proposals")
+    expect(nav).to_have_text("3")
+    expect(page.locator("#tab-count-pending")).to_have_text("3")
+    expect(page.locator("#tab-count-decided")).to_have_text("0")
+    page.locator(f"#proposal-{ids[0]}").get_by_role("button", name="Approve").click()
+    expect(page.locator(f"#proposal-{ids[0]}")).to_contain_text("approved by casey")
+    expect(nav).to_have_text("2")
+    expect(page.locator("#subnav-count-proposals")).to_have_text("2")
+    expect(page.locator("#tab-count-pending")).to_have_text("2")
+    expect(page.locator("#tab-count-decided")).to_have_text("1")
+    card = page.locator(f"#proposal-{ids[1]}")
+    card.get_by_label("Reason").fill("Not for this team")
+    card.get_by_role("button", name="Reject").click()
+    expect(card).to_contain_text("rejected by casey")
+    expect(nav).to_have_text("1")
+    expect(page.locator("#tab-count-decided")).to_have_text("2")
+
+    memory_id = ws["ids"][0]
+    e2e_server.run(
+        """
+        from memories.models import Memory
+        m = Memory.objects.get(id=params["id"])
+        m.subject = "indent"
+        m.replace_count = 3
+        m.drift_flags = [{"reason": "preference[indent] changed 3x in last 30d", "replaces_in_window": 3,
+            "window_days": 30.0, "first_replace_at": "2026-01-02T10:00:00+00:00",
+            "last_replace_at": "2026-01-20T10:00:00+00:00", "flagged_at": "2026-01-21T10:00:00+00:00"}]
+        m.save(update_fields=["subject", "replace_count", "drift_flags"])
+        """,
+        id=memory_id,
+    )
+    page.goto(f"/w/{ws['slug']}/evolution/drift/")
+    summary = page.locator("#drift-summary")
+    expect(summary).to_contain_text("1 open")
+    page.locator(f"#drift-{memory_id}").get_by_role("button", name="Pin the current value").click()
+    expect(page.locator(f"#drift-{memory_id}")).to_contain_text("acknowledged")
+    expect(summary).to_contain_text("acknowledged")
+    expect(summary).not_to_contain_text("1 open")
+    expect(summary.locator(".pin")).to_have_text("pinned")

@@ -78,6 +78,14 @@ def test_the_dream_proposes_a_repeated_issue_as_a_reflection_in_the_seed_format(
     assert proposal.payload["evidence"] == ["sensor:S-0002", "sensor:S-0001"]  # oldest first
 
 
+def test_the_report_counts_the_proposals_this_dream_made_among_those_waiting(workspace: Workspace) -> None:
+    failing_issue(workspace)
+    report = dream.dream_run(workspace=workspace, now=NOW).report
+    (proposal,) = kinds(workspace, "reflection")
+    assert report["counts"]["pending_proposals"] == 1
+    assert [p["id"] for p in report["pending_proposals"]] == [proposal.pk]
+
+
 def test_a_pattern_is_proposed_once_within_seven_days_and_again_after(workspace: Workspace) -> None:
     failing_issue(workspace)
     dream.dream_run(workspace=workspace, now=NOW)

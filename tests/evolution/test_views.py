@@ -230,7 +230,7 @@ def test_the_navigation_counts_pending_proposals(browser: Client, workspace: Wor
     strategy_proposal(workspace, "one")
     strategy_proposal(workspace, "two")
     html = html_of(browser.get("/w/acme/"))
-    assert re.search(r'Proposals <span class="count">2</span>', html)
+    assert re.search(r'Proposals <span id="nav-count-proposals" class="count">2</span>', html)
 
 
 def test_approve_applies_the_summary_once_and_records_who_and_when(

@@ -57,3 +57,43 @@ def test_the_api_is_left_as_it_is(api: Any, workspace: Workspace) -> None:
     assert response.status_code == 200
     assert not has_vary_header(response, "HX-Request")
     assert "no-store" not in response.get("Cache-Control", "")
+
+
+def test_an_inline_write_triggers_the_counters_and_a_page_load_does_not(
+    browser: Client, workspace: Workspace, make_memory: Any
+) -> None:
+    memory = make_memory("archive me")
+    url = f"/w/{workspace.slug}/memories/{memory.id}/archive/"
+    inline = browser.post(url, headers={"HX-Request": "true", "HX-Target": f"row-{memory.id}"})
+    assert inline.status_code == 200
+    assert inline["HX-Trigger"] == "counts-changed"
+    plain = browser.post(url)
+    assert plain.status_code == 302 and "HX-Trigger" not in plain
+    read = browser.get(f"/w/{workspace.slug}/?type=fact", headers=FRAGMENT)
+    assert "HX-Trigger" not in read
+
+
+def test_the_event_joins_the_events_a_view_named() -> None:
+    from django.http import HttpResponse
+
+    from smartmemory_site.htmx_cache import add_trigger
+
+    named = HttpResponse(headers={"HX-Trigger": "saved"})
+    add_trigger(named, "counts-changed")
+    assert named["HX-Trigger"] == "saved, counts-changed"
+    add_trigger(named, "counts-changed")
+    assert named["HX-Trigger"] == "saved, counts-changed"
+    detailed = HttpResponse(headers={"HX-Trigger": '{"saved": {"id": 1}}'})
+    add_trigger(detailed, "counts-changed")
+    assert detailed["HX-Trigger"] == '{"saved": {"id": 1}, "counts-changed": null}'
+
+
+def test_the_counts_fragment_holds_every_counter_out_of_band_in_one_query(
+    browser: Client, workspace: Workspace, django_assert_max_num_queries: Any
+) -> None:
+    # session, user, membership and workspace, the grouped count
+    with django_assert_max_num_queries(4):
+        html = browser.get(f"/w/{workspace.slug}/evolution/counts/", headers={"HX-Request": "true"}).content.decode()
+    for counter in ("nav-count-proposals", "subnav-count-proposals", "tab-count-pending", "tab-count-decided"):
+        assert f'id="{counter}"' in html
+    assert html.count('hx-swap-oob="true"') == 5
