@@ -1,5 +1,11 @@
 """The SVG charts of a memory's detail page, laid out in Python so the template only draws them: the
-projected decay of its activation and its activation and retention over time."""
+projected decay of its activation, and its activation and retention over its life.
+
+One helper (``time_chart``) lays out every chart on a time axis: the scale, the ticks (dates, or hours for a
+memory younger than two days, never two labels on top of each other) and the "now" line. The activation
+history is replayed from the memory's boosts (its retrieval events) back from the stored score
+(``replay_activation``), so it shows the real sawtooth of use and decay, then the projected decay ahead.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from history.models import EvolutionRecord
-from memories.algorithms.activation import decayed_activation, hours_since, project_decay_curve
-from memories.models import Memory, RetrievalEvent
+from memories.algorithms.activation import (
+    BOOST_DIRECT,
+    BOOST_SURFACED,
+    decayed_activation,
+    replay_activation,
+)
+from memories.models import Memory, RetrievalEvent, RetrievalSource
 
 DECAY_DAYS = 90
 """Days the decay projection covers."""
@@ -52,6 +63,7 @@ class Chart:
     y_ticks: list[Tick]
     markers: list[tuple[float, str]]
     description: str
+    now_x: float | None = None
 
 
 _W, _H, _LEFT, _TOP, _RIGHT, _BOTTOM = 480, 170, 38, 10, 468, 146
@@ -65,19 +77,57 @@ def _y_ticks() -> list[Tick]:
     return [Tick(_y(v), f"{v:g}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)]
 
 
-def decay_chart(memory: Memory, now: datetime, days: int = DECAY_DAYS) -> Chart:
-    """Activation on each of the next `days` days if nothing touches the memory (its half-life decay)."""
-    since = None if memory.activation_last_boost_at is None else hours_since(memory.activation_last_boost_at, now)
-    curve = project_decay_curve(memory.activation_score, since, memory.activation_half_life_hours, days=days)
-    span = max(1, days - 1)
+_MIN_TICK_GAP = 70.0
+"""Pixels (of the 480 viewBox) between two x labels: a closer label is left out."""
 
-    def x(day: float) -> float:
-        return round(_LEFT + day / span * (_RIGHT - _LEFT), 1)
 
-    points = " ".join(f"{x(i)},{_y(float(v))}" for i, v in enumerate(curve))
-    marks = [d for d in (0, 30, 60, days - 1) if d < days]
-    labels = {0: "now", days - 1: f"{days} d"}
-    values = ", ".join(f"{labels.get(d, f'{d} d')} {float(curve[d]):.2f}" for d in marks)
+def _span_label(moment: datetime, span: timedelta) -> str:
+    return f"{moment:%Y-%m-%d}" if span >= timedelta(days=2) else f"{moment:%H:%M}"
+
+
+def time_chart(
+    series: Sequence[tuple[str, str, Sequence[tuple[datetime, float]], bool]],
+    *,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    markers: Sequence[tuple[datetime, str]] = (),
+    end_label: str = "",
+    description: str,
+) -> Chart:
+    """A line chart of values in [0, 1] over [start, end] with "now" marked.
+
+    ``series`` are (name, css class, points, dots): ``dots`` also draws each point as a circle with its value.
+    Times outside [start, end] are clamped to the edges.
+    """
+    span = max((end - start).total_seconds(), 60.0)
+
+    def x(t: datetime) -> float:
+        offset = min(max((t - start).total_seconds(), 0.0), span)
+        return round(_LEFT + offset / span * (_RIGHT - _LEFT), 1)
+
+    drawn = [
+        Series(
+            name,
+            css,
+            " ".join(f"{x(t)},{_y(v)}" for t, v in sorted(points, key=lambda p: p[0])),
+            [(x(t), _y(v), f"{name} {v:.2f}") for t, v in points] if dots else [],
+        )
+        for name, css, points, dots in series
+    ]
+    length = end - start
+    wanted = [
+        Tick(x(start), _span_label(start, length), "start"),
+        Tick(x(now), "now", "middle" if now < end else "end"),
+        Tick(x(end), end_label or _span_label(end, length), "end"),
+    ]
+    ticks: list[Tick] = []
+    for tick in wanted:
+        # "now" wins over an edge label it would overlap; edges keep their place otherwise.
+        if all(abs(tick.pos - t.pos) >= _MIN_TICK_GAP for t in ticks):
+            ticks.append(tick)
+        elif tick.label == "now":
+            ticks = [t for t in ticks if abs(tick.pos - t.pos) >= _MIN_TICK_GAP] + [tick]
     return Chart(
         _W,
         _H,
@@ -85,76 +135,94 @@ def decay_chart(memory: Memory, now: datetime, days: int = DECAY_DAYS) -> Chart:
         _TOP,
         _RIGHT,
         _BOTTOM,
-        series=[Series("projected activation", "s-act", points, [(x(0), _y(float(curve[0])), "now")])],
-        x_ticks=[
-            Tick(x(d), labels.get(d, f"{d} d"), "start" if d == 0 else "end" if d == days - 1 else "middle")
-            for d in marks
-        ],
+        series=drawn,
+        x_ticks=sorted(ticks, key=lambda t: t.pos),
         y_ticks=_y_ticks(),
-        markers=[],
+        markers=[(x(t), label) for t, label in markers],
+        description=description,
+        now_x=x(now) if start < now < end else None,
+    )
+
+
+def _decay_points(memory: Memory, frm: datetime, to: datetime, samples: int) -> list[tuple[datetime, float]]:
+    step = (to - frm) / max(1, samples)
+    return [(frm + step * i, activation_now(memory, frm + step * i)) for i in range(samples + 1)]
+
+
+def decay_chart(memory: Memory, now: datetime, days: int = DECAY_DAYS) -> Chart:
+    """Activation over the next `days` days if nothing touches the memory (its half-life decay)."""
+    # One point a day, day 0 (now) to day days - 1.
+    end = now + timedelta(days=days - 1)
+    curve = _decay_points(memory, now, end, days - 1)
+    values = ", ".join(
+        f"{d} d {activation_now(memory, now + timedelta(days=d)):.2f}" for d in (0, 30, 60, days - 1) if d < days
+    )
+    return time_chart(
+        [("projected activation", "s-act", curve, False)],
+        start=now,
+        end=end,
+        now=now,
+        end_label=f"{days} d",
         description=f"Projected activation if untouched: {values}.",
     )
+
+
+def _boost(event: RetrievalEvent) -> float:
+    """What a retrieval of this source added (surfacing in a working context adds less than a direct read)."""
+    return BOOST_SURFACED if event.source == RetrievalSource.CONTEXT else BOOST_DIRECT
 
 
 def history_chart(
     memory: Memory, records: Sequence[EvolutionRecord], retrievals: Sequence[RetrievalEvent], now: datetime
 ) -> Chart:
-    """Activation and retention over time from evolution records, the last boost's decay and retrievals.
+    """Activation and retention over the memory's life, then the projected decay of its activation.
 
-    Recorded values are exact; between the last boost and now the activation follows the decay
-    formula exactly, so that stretch is drawn as a curve. Retrievals (flushed boosts) are ticks.
+    Activation is replayed from its boosts (the retrieval events) back from the stored score; the values its
+    evolution records wrote are dots on the same line (exact); retention is its recorded values and now. The
+    axis runs from the memory's creation to now plus 40% of its age (at least 6 hours of past), so a memory
+    made today is spread over the chart rather than squeezed into its left edge.
     """
     key = str(memory.id)
-    act: list[tuple[datetime, float]] = []
+    recorded: list[tuple[datetime, float]] = []
     ret: list[tuple[datetime, float]] = []
     for record in records:
         after = record.after.get(key)
         if not isinstance(after, dict) or record.reverted_at is not None:
             continue
         if isinstance(after.get("activation_score"), int | float):
-            act.append((record.timestamp, float(after["activation_score"])))
+            recorded.append((record.timestamp, float(after["activation_score"])))
         if isinstance(after.get("retention_score"), int | float):
             ret.append((record.timestamp, float(after["retention_score"])))
-    boost = memory.activation_last_boost_at
-    if boost is not None and boost < now:
-        step = (now - boost) / 24
-        act.extend((boost + step * i, activation_now(memory, boost + step * i)) for i in range(25))
-    else:
-        act.append((now, activation_now(memory, now)))
     ret.append((now, memory.retention_score))
-    moments = [t for t, _ in act + ret] + [e.created_at for e in retrievals] + [memory.created_at]
-    start = min(moments)
-    span = max((now - start).total_seconds(), 3600.0)
-
-    def x(t: datetime) -> float:
-        return round(_LEFT + (t - start).total_seconds() / span * (_RIGHT - _LEFT), 1)
-
-    def line(points: list[tuple[datetime, float]]) -> str:
-        return " ".join(f"{x(t)},{_y(v)}" for t, v in sorted(points, key=lambda p: p[0]))
-
-    middle = start + timedelta(seconds=span / 2)
-    return Chart(
-        _W,
-        _H,
-        _LEFT,
-        _TOP,
-        _RIGHT,
-        _BOTTOM,
-        series=[
-            Series("activation", "s-act", line(act)),
-            Series("retention", "s-ret", line(ret), [(x(t), _y(v), f"retention {v:.2f}") for t, v in ret]),
-        ],
-        x_ticks=[
-            Tick(x(start), f"{start:%Y-%m-%d}", "start"),
-            Tick(x(middle), f"{middle:%Y-%m-%d}"),
-            Tick(x(now), "now", "end"),
-        ],
-        y_ticks=_y_ticks(),
+    moments = [memory.created_at, *(t for t, _ in recorded + ret), *(e.created_at for e in retrievals)]
+    start = min(min(moments), now - timedelta(hours=6))
+    end = now + (now - start) * 0.4
+    past = replay_activation(
+        memory.activation_score,
+        memory.activation_last_boost_at,
+        memory.activation_half_life_hours,
+        [(e.created_at, _boost(e)) for e in retrievals],
+        start,
+        now,
+    )
+    series: list[tuple[str, str, Sequence[tuple[datetime, float]], bool]] = [
+        ("activation", "s-act", past, False),
+        ("projected activation", "s-act proj", _decay_points(memory, now, end, 12), False),
+        ("retention", "s-ret", ret, True),
+    ]
+    if recorded:
+        series.append(("recorded activation", "s-act dots", recorded, True))
+    return time_chart(
+        series,
+        start=start,
+        end=end,
+        now=now,
         markers=[
-            (x(e.created_at), f"{e.source} #{e.rank} {e.created_at:%Y-%m-%d %H:%M} {e.query[:60]}") for e in retrievals
+            (e.created_at, f"{e.source} #{e.rank} {e.created_at:%Y-%m-%d %H:%M} {e.query[:60]}") for e in retrievals
         ],
         description=(
             f"Activation now {activation_now(memory, now):.2f}, retention {memory.retention_score:.2f}; "
-            f"{len(retrievals)} retrievals and {len(act) + len(ret)} plotted values since {start:%Y-%m-%d}."
+            f"{len(retrievals)} retrievals since {start:%Y-%m-%d %H:%M}; the line after now is the projected "
+            f"decay to {end:%Y-%m-%d %H:%M}."
         ),
     )

@@ -17,6 +17,7 @@ Boosts add to the *stored* value without decaying it first (``boosted``); the ca
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import datetime
 
 import numpy as np
@@ -35,6 +36,7 @@ __all__ = [
     "decayed_activation_array",
     "hours_since",
     "project_decay_curve",
+    "replay_activation",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -126,3 +128,57 @@ def project_decay_curve(
     start = math.nan if hours_since_boost is None else float(hours_since_boost)
     hours = start + 24.0 * np.arange(days, dtype=np.float64)
     return decayed_activation_array(np.full(days, stored, dtype=np.float64), hours, half_life_hours)
+
+
+def replay_activation(
+    stored: float,
+    last_boost_at: datetime | None,
+    half_life_hours: float,
+    boosts: Sequence[tuple[datetime, float]],
+    start: datetime,
+    end: datetime,
+    *,
+    samples_per_gap: int = 12,
+) -> list[tuple[datetime, float]]:
+    """Activation over [start, end] replayed from the stored state and the boosts that led to it (a chart).
+
+    ``boosts`` are (time, delta) of the memory's boosts, any order. Walking back from ``stored`` (the score
+    after the last boost), each boost's delta is taken off, which gives the stored score after every boost
+    and before the first one; forward again, activation reads ``stored_i * 2 ** (-hours since boost i /
+    half_life_hours)`` between boosts (``decayed_activation``), flat before the first (no decay clock yet)
+    and jumping at each boost. Boosts after ``last_boost_at`` (not flushed yet) are left out. Returns
+    (time, activation in [0, 1]) points in time order, ``samples_per_gap`` per stretch so curves read as
+    curves; a boost gives two points at its time (before and after). Boosts the caller does not know of
+    (older than its window) make the start read higher than it was, never the end.
+    """
+    if end < start:
+        raise ValueError("end must not be before start")
+    flushed = sorted(
+        (t, float(d)) for t, d in boosts if last_boost_at is not None and t <= last_boost_at and t >= start
+    )
+    after: list[float] = []
+    score = clamp01(stored)
+    for _, delta in reversed(flushed):
+        after.append(score)
+        score = clamp01(score - delta)
+    after.reverse()
+    points: list[tuple[datetime, float]] = [(start, score)]
+    clock: datetime | None = None  # time of the last boost so far
+    level = score  # stored score so far
+
+    def read(at: datetime) -> float:
+        return level if clock is None else decayed_activation(level, clock, half_life_hours, at)
+
+    def stretch(frm: datetime, to: datetime) -> None:
+        if clock is not None and to > frm:
+            step = (to - frm) / samples_per_gap
+            points.extend((frm + step * i, read(frm + step * i)) for i in range(1, samples_per_gap))
+        points.append((to, read(to)))
+
+    cursor = start
+    for (at, _), value in zip(flushed, after, strict=True):
+        stretch(cursor, at)
+        clock, level, cursor = at, value, at
+        points.append((at, level))
+    stretch(cursor, end)
+    return points

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import urllib.request
 from collections.abc import Callable
@@ -292,3 +293,28 @@ def test_counters_follow_inline_approve_reject_and_drift_actions(
     expect(summary).to_contain_text("acknowledged")
     expect(summary).not_to_contain_text("1 open")
     expect(summary.locator(".pin")).to_have_text("pinned")
+
+
+def test_the_history_chart_of_a_memory_used_today_tells_its_story(
+    page: Page, e2e_server: E2EServer, e2e_user: Credentials, e2e_workspace: Workspace
+) -> None:
+    ws = e2e_workspace("chart-ws", memories=[{"content": "Decision: cache the token keys for an hour"}])
+    memory_id = ws["ids"][0]
+    for _ in range(6):
+        boost(e2e_server, e2e_user, ws["slug"], memory_id)
+        page.wait_for_timeout(1100)  # one flush each: six boosts at six moments
+    page.goto(f"/w/{ws['slug']}/memories/{memory_id}/")
+    expect(page.locator(f"#act-stored-{memory_id}")).to_contain_text("6 boosts")
+    chart = page.locator("svg.chart", has=page.locator("title", has_text="Activation and retention over time"))
+    points = chart.locator("polyline.s-act:not(.proj)").get_attribute("points") or ""
+    pairs = [tuple(map(float, p.split(","))) for p in points.split()]
+    assert len({y for _, y in pairs}) >= 6, f"the activation line has no story: {points}"
+    xs = [x for x, _ in pairs]
+    assert max(xs) - min(xs) > 200, "the memory's life is squeezed into the chart's edge"
+    expect(chart.locator("polyline.proj")).to_have_count(1)
+    expect(chart.locator("line.marker")).to_have_count(6)
+    boxes = [box for box in (t.bounding_box() for t in chart.locator("text.xlab").all()) if box]
+    assert len(boxes) >= 2
+    for left, right in itertools.pairwise(boxes):
+        assert left["x"] + left["width"] <= right["x"], "two x labels overlap"
+    assert "now" in chart.locator("text.xlab").all_text_contents()

@@ -21,6 +21,7 @@ from memories.algorithms.activation import (
     decayed_activation_array,
     hours_since,
     project_decay_curve,
+    replay_activation,
 )
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -157,3 +158,43 @@ def test_scalar_and_array_decay_agree(stored: float, hours: float, half_life: fl
     array = decayed_activation_array(np.array([stored]), np.array([hours]), np.array([half_life]))[0]
     # timedelta rounds to microseconds, hence the tolerance.
     assert scalar == pytest.approx(array, abs=1e-9)
+
+
+# -- replay_activation --------------------------------------------------------------------------------------
+
+_T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_replay_walks_back_from_the_stored_score_through_each_boost() -> None:
+    day = timedelta(days=1)
+    boosts = [(_T0 + day, 0.05), (_T0 + 2 * day, 0.05)]
+    points = replay_activation(0.6, _T0 + 2 * day, 720.0, boosts, _T0, _T0 + 3 * day, samples_per_gap=2)
+    # Flat before the first boost (no decay clock yet), a jump at each boost, decay between.
+    assert points[0] == (_T0, pytest.approx(0.5))
+    assert points[1] == (_T0 + day, pytest.approx(0.5))
+    assert points[2] == (_T0 + day, pytest.approx(0.55))
+    assert points[4][1] == pytest.approx(0.55 * 2 ** (-24 / 720))
+    assert points[5] == (_T0 + 2 * day, pytest.approx(0.6))
+    assert points[-1] == (_T0 + 3 * day, pytest.approx(decayed_activation(0.6, _T0 + 2 * day, 720.0, _T0 + 3 * day)))
+    assert [t for t, _ in points] == sorted(t for t, _ in points)
+
+
+def test_replay_ends_at_what_the_page_reads_now_and_ignores_unflushed_boosts() -> None:
+    now = _T0 + timedelta(hours=5)
+    last = _T0 + timedelta(hours=1)
+    boosts = [(_T0 + timedelta(minutes=m), 0.05) for m in (10, 20, 30, 40, 50, 60)] + [(now, 0.05)]
+    points = replay_activation(0.8, last, 24.0, boosts, _T0, now)
+    assert points[-1][1] == pytest.approx(decayed_activation(0.8, last, 24.0, now))
+    assert points[0][1] == pytest.approx(0.5)
+    assert len({round(v, 6) for _, v in points}) > 10
+
+
+def test_replay_of_a_memory_never_boosted_is_flat_and_bounded() -> None:
+    assert replay_activation(0.5, None, 720.0, [], _T0, _T0 + timedelta(days=1)) == [
+        (_T0, 0.5),
+        (_T0 + timedelta(days=1), 0.5),
+    ]
+    low = replay_activation(0.03, _T0, 720.0, [(_T0, 0.05)], _T0, _T0)
+    assert min(v for _, v in low) == 0.0
+    with pytest.raises(ValueError):
+        replay_activation(0.5, None, 720.0, [], _T0, _T0 - timedelta(seconds=1))
