@@ -75,6 +75,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_htmx",
     "template_partials",
     "channels",
@@ -237,6 +238,11 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Long-term memory for AI agents: memories, surfacing, evolution.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The docs' JavaScript, CSS and favicon come from our static files, never a CDN: a self-hosted install
+    # may have no internet at all.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 LOGGING = {
