@@ -24,6 +24,7 @@ import json
 import logging
 import math
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -94,20 +95,29 @@ def address_of(scope: Scope) -> str:
     return client_address(request)
 
 
-def _user_of(key: str, address: str) -> AbstractBaseUser | float | None:
-    """The active user whose token is ``key``, looked up as the REST API does; None for a bad token (counted
-    against ``address``), or the seconds to wait when the address's failures already reached their rate."""
+@dataclass(frozen=True)
+class Checked:
+    """A token check: the user, or why not (the REST API's 401 detail), or the seconds to wait first."""
+
+    user: AbstractBaseUser | None = None
+    failure: str = ""
+    wait: float | None = None
+
+
+def check_token(key: str, address: str) -> Checked:
+    """The active user whose token is ``key``, looked up as the REST API does; a failure counts against
+    ``address``, and an address whose failures reached their rate is told to wait without a lookup."""
     signals.request_started.send(sender=McpHttp)
     try:
         wait = throttle_wait(FAILURE_SCOPE, address)
         if wait is not None:
-            return wait
+            return Checked(wait=wait)
         try:
             user, _ = TokenAuthentication().authenticate_credentials(key)
-        except exceptions.AuthenticationFailed:
+        except exceptions.AuthenticationFailed as exc:
             throttle_hit(FAILURE_SCOPE, address)
-            return None
-        return user  # type: ignore[no-any-return]
+            return Checked(failure=str(exc.detail))
+        return Checked(user=user)
     finally:
         signals.request_finished.send(sender=McpHttp)
 
@@ -190,28 +200,28 @@ class McpHttp:
                 ((b"www-authenticate", b'Bearer realm="api"'),),
             )
             return
-        user = await sync_to_async(_user_of, thread_sensitive=True)(key, address_of(scope))
-        if isinstance(user, float):
+        checked = await sync_to_async(check_token, thread_sensitive=True)(key, address_of(scope))
+        if checked.wait is not None:
             await _answer(
                 send,
                 429,
                 {
                     "error": "throttled",
-                    "detail": f"too many failed token checks from this address; retry in {user:.0f} s",
+                    "detail": f"too many failed token checks from this address; retry in {checked.wait:.0f} s",
                 },
-                ((b"retry-after", str(math.ceil(user)).encode()),),
+                ((b"retry-after", str(math.ceil(checked.wait)).encode()),),
             )
             return
-        if user is None:
+        if checked.user is None:
             await _answer(
                 send,
                 401,
-                {"error": "authentication_failed", "detail": "Invalid token."},
+                {"error": "authentication_failed", "detail": checked.failure},
                 ((b"www-authenticate", b'Bearer realm="api", error="invalid_token"'),),
             )
             return
         await self._started()
-        await self.manager.handle_request({**scope, SCOPE_CALLER: Caller(user=user)}, receive, send)
+        await self.manager.handle_request({**scope, SCOPE_CALLER: Caller(user=checked.user)}, receive, send)
 
 
 def with_mcp(app: ASGIApp) -> ASGIApp:
