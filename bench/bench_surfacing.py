@@ -355,11 +355,10 @@ def main() -> None:
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     db_path = django_setup(DB_NAME, fresh=args.fresh)
-    from rest_framework.authtoken.models import Token
-
     from graph.store import graph_store
     from memories.embeddings import embedder_for
     from memories.models import Memory, Workspace
+    from memories.tokens import api_token_create
     from memories.vectorindex import vector_index, vector_index_settle
 
     meta = _ensure_workspace(args)
@@ -393,7 +392,7 @@ def main() -> None:
         print(_report("in-process", strategy, times, cpu_ms))
     if not args.skip_http:
         user = workspace.memberships.get(role="owner").user
-        token, _ = Token.objects.get_or_create(user=user)
+        token = api_token_create(user=user, name="bench")
         for strategy, times in bench_http(db_path, token.key, queries).items():
             print(_report("HTTP", strategy, times))
     if not args.skip_ppr:

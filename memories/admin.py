@@ -5,9 +5,10 @@ from typing import Any, ClassVar
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 
 from graph.writes import graph_touch
-from memories.models import Edge, Membership, Memory, RetrievalEvent, Workspace
+from memories.models import ApiToken, Edge, Membership, Memory, RetrievalEvent, Workspace
 
 
 def _rewrites(workspace_ids: set[int]) -> None:
@@ -124,3 +125,24 @@ class RetrievalEventAdmin(admin.ModelAdmin[RetrievalEvent]):
 
     def has_change_permission(self, request: object, obj: object = None) -> bool:
         return False
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
+    """Tokens are issued where their key can be shown once (`manage.py create_api_token`, the memory browser);
+    here they are listed, given an expiry, and revoked."""
+
+    list_display = ("prefix", "user", "name", "created_at", "expires_at", "revoked_at")
+    list_filter = ("revoked_at",)
+    search_fields = ("prefix", "name", "user__username")
+    fields = ("user", "prefix", "name", "created_at", "expires_at", "revoked_at")
+    readonly_fields = ("user", "prefix", "created_at", "revoked_at")
+    actions = ("revoke",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {count} token{'s' if count != 1 else ''}.")

@@ -17,9 +17,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
-from memories import services
+from memories import services, tokens
 from memories.inputs import MemoryInput, SessionInput, TurnInput
 from memories.models import Edge, EdgeType, Memory, MemoryType, Role, Workspace
 
@@ -293,9 +292,10 @@ def _conversation(now: datetime) -> list[SessionInput]:
 
 @transaction.atomic
 def demo_load(*, slug: str = "demo", username: str = "admin") -> DemoResult:
-    """Create the admin user and the demo workspace unless they exist; return what was done."""
+    """Create the admin user and the demo workspace unless they exist, and issue the user a new API token
+    (tokens are stored hashed, so an earlier one cannot be shown again); return what was done."""
     user, password = _user(username)
-    token, _ = Token.objects.get_or_create(user=user)
+    token = tokens.api_token_create(user=user, name="load_demo")
     existing = Workspace.objects.filter(slug=slug).first()
     if existing is not None:
         if password is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any, ClassVar
 
 from django.conf import settings
@@ -407,3 +408,31 @@ class RetrievalEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source} #{self.rank} {self.memory_id}"
+
+
+class ApiToken(models.Model):
+    """A REST API key of a user. Only the SHA-256 of the key is stored: the key is shown once, when made.
+
+    A key is 40 random hex characters (160 bits), so one unsalted hash is as hard to reverse as the key
+    is to guess, and a request finds its token by the hash through the unique index. ``prefix`` (the key's
+    first 8 characters) tells a user's tokens apart in lists without being enough to use one."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    digest = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=8)
+    name = models.CharField(max_length=100, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes: ClassVar = [
+            # A user's tokens, newest first (the admin, `manage.py api_tokens`).
+            models.Index(fields=["user", "created_at"], name="apitoken_user_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name or 'unnamed'})"
+
+    def is_active(self, now: datetime) -> bool:
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)

@@ -710,13 +710,3 @@ LIVE_COLUMNS: tuple[str, ...] = (
 def memories_activation(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> list[Memory]:
     """Just the columns of the live figures of some memories (the polling fallback and the socket push)."""
     return list(Memory.objects.filter(workspace=workspace, id__in=list(ids)[:900]).only(*LIVE_COLUMNS))
-
-
-def api_token_of(*, user: AbstractBaseUser | AnonymousUser) -> str | None:
-    """The user's REST API token key, or None until they ask for one."""
-    from rest_framework.authtoken.models import Token
-
-    if user.pk is None:
-        return None
-    token = Token.objects.filter(user_id=user.pk).only("key").first()
-    return None if token is None else str(token.key)

@@ -13,7 +13,6 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
 from core.errors import Conflict, InvalidInput, NotFound
 from graph.writes import graph_mirror, graph_touch
@@ -659,24 +658,6 @@ def memory_rehydrate(*, workspace: Workspace, memory: Memory, actor: User | None
         ]
     )
     return memory
-
-
-def api_token_ensure(*, user: AbstractBaseUser, workspace: Workspace) -> str:
-    """Return the user's API token, creating it (audited in `workspace`) the first time it is asked for."""
-    with transaction.atomic():
-        token, created = Token.objects.get_or_create(user=user)
-        if created:
-            audit.record_save(
-                audit.record_build(
-                    workspace=workspace,
-                    evolver="tokens",
-                    action=Action.GRANT,
-                    reason=f"API token created for {user.get_username()}",
-                    after={"token_user": user.pk},
-                    actor=user,
-                )
-            )
-    return str(token.key)
 
 
 REVERT_EVENT = "evolution.reverted"

@@ -32,7 +32,7 @@ from history import audit
 from history.audit import CREATED_MEMORIES
 from history.models import EvolutionRecord
 from history.revert import revertible
-from memories import fragments, selectors, services
+from memories import fragments, selectors, services, tokens
 from memories.charts import DECAY_DAYS, activation_now, decay_chart, history_chart
 from memories.forms import (
     BULK_LABELS,
@@ -53,6 +53,8 @@ P = ParamSpec("P")
 PAGE_SIZE = 50
 HISTORY_LIMIT = 50
 EDGE_LIMIT = 200
+FRESH_TOKEN_KEY = "memories.fresh_api_token"
+"""Session key of a token key issued a moment ago, until the page that shows it once pops it."""
 
 
 def domain_errors(view: Callable[P, HttpResponse]) -> Callable[P, HttpResponse]:
@@ -185,9 +187,8 @@ def memory_list(request: HttpRequest, ws: str) -> HttpResponse:
                 empty_workspace = not selectors.workspace_has_memories(workspace=access.workspace)
     else:
         error, status = "Some filters are not valid; see the marked fields.", 400
-    token = None
-    if empty_workspace and access.can_edit:
-        token = selectors.api_token_of(user=request.user)
+    # A token just made for this page (api_token): its key is shown on this one render, then forgotten.
+    token = request.session.pop(FRESH_TOKEN_KEY, None) if empty_workspace and access.can_edit else None
     context = {
         "access": access,
         "form": form,
@@ -248,10 +249,15 @@ def activation_bars(request: HttpRequest, ws: str) -> HttpResponse:
 @require_POST
 @domain_errors
 def api_token(request: HttpRequest, ws: str) -> HttpResponse:
-    """Create the user's API token on demand (the empty state's curl line shows it)."""
+    """Issue the user a new API token; the empty state's curl line shows its key, this once."""
     access = _edit_access(request, ws)
-    services.api_token_ensure(user=request.user, workspace=access.workspace)  # type: ignore[arg-type]
-    messages.success(request, "Your API token is ready: the curl line below includes it.")
+    issued = tokens.api_token_create(
+        user=request.user,  # type: ignore[arg-type]
+        name=f"browser ({access.workspace.slug})",
+        workspace=access.workspace,
+    )
+    request.session[FRESH_TOKEN_KEY] = issued.key
+    messages.success(request, "Your API token is ready: the curl line below includes it. It is shown only now.")
     return redirect(_list_url(ws))
 
 

@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from graph.bolt import Neo4jGraphStore
 from graph.store import set_graph_store
-from memories import services
+from memories import services, tokens
 from memories.inputs import MemoryInput
 from memories.models import Memory, Role, Workspace
 from memories.signalbus import LocalSignalBus, set_signal_bus
@@ -77,8 +76,8 @@ def other_workspace(make_user: Callable[..., Any]) -> Workspace:
 def client_for() -> Callable[[Any], APIClient]:
     def make(u: Any) -> APIClient:
         client = APIClient()
-        token, _ = Token.objects.get_or_create(user=u)
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        issued = tokens.api_token_create(user=u)
+        client.credentials(HTTP_AUTHORIZATION=f"Token {issued.key}")
         return client
 
     return make

@@ -225,9 +225,9 @@ def e2e_user(e2e_server: E2EServer) -> Credentials:
     data = e2e_server.run(
         """
         from django.contrib.auth import get_user_model
-        from rest_framework.authtoken.models import Token
+        from memories.tokens import api_token_create
         user = get_user_model().objects.create_user(params["username"], password=params["password"])
-        result = {"token": Token.objects.create(user=user).key}
+        result = {"token": api_token_create(user=user, name="e2e").key}
         """,
         username="casey",
         password="e2e-password-casey",

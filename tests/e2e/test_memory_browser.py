@@ -179,7 +179,7 @@ def test_bulk_archive_then_revert_from_the_flash(page: Page, e2e_workspace: Work
     expect(dialog).to_contain_text("Archive 3 memories?")
     screenshot(page, "memory-list-bulk-confirm")
     dialog.get_by_role("button", name="Archive 3 memories").click()
-    expect(page.locator("#messages")).to_contain_text("Archive 3 memories.")
+    expect(page.locator("#messages")).to_contain_text("Archived 3 memories.")
     expect(rows).to_have_count(3)
     for rid in chosen:
         expect(page.locator(f"#{rid}")).to_have_count(0)
@@ -299,17 +299,28 @@ def test_create_a_memory_from_the_form(page: Page, e2e_workspace: Workspace) -> 
     expect(page.locator("dl.meta")).to_contain_text("#gateway")
 
 
-def test_empty_workspace_shows_a_copyable_curl_line_with_the_token(
-    page: Page, e2e_user: Credentials, e2e_workspace: Workspace, screenshot: Any
+def test_empty_workspace_issues_a_token_and_shows_its_curl_line_once(
+    page: Page, e2e_server: E2EServer, e2e_workspace: Workspace, screenshot: Any
 ) -> None:
     ws = e2e_workspace("empty-ws")
     page.goto(f"/w/{ws['slug']}/")
+    page.get_by_role("button", name="Create my API token and show the curl line").click()
     curl = page.locator("#curl-line")
-    expect(curl).to_contain_text(f"Authorization: Token {e2e_user.token}")
     expect(curl).to_contain_text(f"/api/v1/workspaces/{ws['slug']}/memories/")
+    match = re.search(r"Authorization: Token ([0-9a-f]{40})", curl.inner_text())
+    assert match, curl.inner_text()
     page.get_by_role("button", name="Copy").click()
     expect(page.get_by_role("button", name="Copied")).to_be_visible()
     screenshot(page, "memory-list-empty-workspace")
+    request = urllib.request.Request(
+        f"{e2e_server.url}/api/v1/workspaces/{ws['slug']}/memories/",
+        headers={"Authorization": f"Token {match.group(1)}"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+    page.reload()  # shown once: the key is stored only as its hash
+    expect(page.locator("#curl-line")).to_have_count(0)
+    expect(page.get_by_role("button", name="Create my API token and show the curl line")).to_be_visible()
 
 
 def test_viewer_sees_memories_but_no_edit_controls(page: Page, e2e_workspace: Workspace) -> None:
@@ -450,7 +461,7 @@ def test_the_basics_work_without_javascript(
         page.get_by_role("button", name="Apply to selected…").click()
         expect(page.get_by_role("heading", name="Pin 1 memory?")).to_be_visible()
         page.get_by_role("button", name="Pin 1 memory").click()
-        expect(page.locator("#messages")).to_contain_text("Pin 1 memory.")
+        expect(page.locator("#messages")).to_contain_text("Pinned 1 memory.")
         page.locator("#messages").get_by_role("button", name="Revert").click()
         expect(page.locator("#messages")).to_contain_text("Reverted record")
         page.goto(f"/w/{ws['slug']}/memories/{ws['ids'][0]}/")

@@ -11,7 +11,8 @@ from history import audit
 from history.models import AUDIT_ONLY_ACTIONS, Action
 from history.revert import revertible
 from memories.models import Workspace
-from memories.services import api_token_ensure, record_revert
+from memories.services import record_revert
+from memories.tokens import api_token_create
 from surfacing.services import settings_update
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
@@ -43,8 +44,13 @@ def test_a_settings_change_is_one_configure_record_naming_who_and_what(workspace
     assert workspace.evolution_records.filter(action=Action.CONFIGURE).count() == 1
 
 
-def test_an_api_token_is_granted_once_and_recorded_once(workspace: Workspace, user: Any) -> None:
-    first = api_token_ensure(user=user, workspace=workspace)
-    assert api_token_ensure(user=user, workspace=workspace) == first
-    (record,) = workspace.evolution_records.filter(action=Action.GRANT)
-    assert (record.evolver, record.actor, record.after) == ("tokens", user, {"token_user": user.pk})
+def test_each_api_token_asked_for_in_a_workspace_is_recorded_without_its_key(workspace: Workspace, user: Any) -> None:
+    first = api_token_create(user=user, workspace=workspace)
+    second = api_token_create(user=user, workspace=workspace)
+    records = list(workspace.evolution_records.filter(action=Action.GRANT).order_by("pk"))
+    assert [(r.evolver, r.actor, r.after) for r in records] == [
+        ("tokens", user, {"token_user": user.pk, "token_prefix": issued.key[:8]}) for issued in (first, second)
+    ]
+    assert not any(issued.key in f"{r.reason} {r.after}" for r in records for issued in (first, second))
+    api_token_create(user=user)  # from the command line: no workspace, no record
+    assert workspace.evolution_records.filter(action=Action.GRANT).count() == 2

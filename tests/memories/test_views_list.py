@@ -14,7 +14,7 @@ from django.test import Client
 from django.utils import timezone
 
 from history.models import Action, EvolutionRecord
-from memories.models import Memory, Role, Status, Workspace
+from memories.models import ApiToken, Memory, Role, Status, Workspace
 
 # Also run on PostgreSQL by `make test`: the pages drive the bulk, revert and rehydrate services.
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
@@ -195,7 +195,7 @@ def test_list_query_count_does_not_grow_with_rows(
         assert len(rows_in(browser.get(LIST).content.decode())) == 50
 
 
-def test_new_workspace_teaches_the_curl_line_with_a_token_created_on_demand(
+def test_new_workspace_teaches_the_curl_line_with_a_token_created_on_demand_and_shown_once(
     browser: Client, workspace: Workspace, user: Any
 ) -> None:
     html = browser.get(LIST).content.decode()
@@ -203,15 +203,21 @@ def test_new_workspace_teaches_the_curl_line_with_a_token_created_on_demand(
     assert "Create my API token" in html
     response = browser.post("/w/acme/token/")
     assert response.status_code == 302
-    from rest_framework.authtoken.models import Token
-
-    key = Token.objects.get(user=user).key
     html = browser.get(LIST).content.decode()
-    assert f"Authorization: Token {key}" in html
+    shown = re.search(r"Authorization: Token ([0-9a-f]{40})", html)
+    assert shown, html
+    key = shown.group(1)
     assert "http://testserver/api/v1/workspaces/acme/memories/" in html
+    assert not ApiToken.objects.filter(digest=key).exists() and ApiToken.objects.get(user=user).prefix == key[:8]
+    api = Client(HTTP_AUTHORIZATION=f"Token {key}")
+    assert api.get("/api/v1/workspaces/").status_code == 200
+    # Shown once: the next render offers a new token instead of the old key.
+    html = browser.get(LIST).content.decode()
+    assert key not in html and "Create my API token" in html
     assert EvolutionRecord.objects.filter(workspace=workspace, action=Action.GRANT, evolver="tokens").count() == 1
     browser.post("/w/acme/token/")
-    assert EvolutionRecord.objects.filter(workspace=workspace, action=Action.GRANT, evolver="tokens").count() == 1
+    assert EvolutionRecord.objects.filter(workspace=workspace, action=Action.GRANT, evolver="tokens").count() == 2
+    assert ApiToken.objects.filter(user=user, revoked_at__isnull=True).count() == 2
 
 
 def test_filtered_empty_result_offers_to_clear_filters(browser: Client, make_memory: Callable[..., Memory]) -> None:

@@ -31,4 +31,4 @@ class Command(BaseCommand):
                     f"Admin user {options['username']!r} created. Password (shown once): {result.password}"
                 )
             )
-        self.stdout.write(f"API token for {options['username']}: {result.token}")
+        self.stdout.write(f"API token for {options['username']} (new, shown once): {result.token}")
