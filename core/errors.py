@@ -33,3 +33,12 @@ class Forbidden(DomainError):
 class Conflict(DomainError):
     status_code = 409
     code = "conflict"
+    # A refused revert names the later change that stands in the way, so a page can link to it.
+    blocking_record_id: int | None = None
+    blocking_memory_id: str | None = None
+
+    def blocked_by(self, record_id: int | None, memory_id: str | None) -> Conflict:
+        """Name the later record (and a memory it changed) that blocks the operation; returns self."""
+        self.blocking_record_id = record_id
+        self.blocking_memory_id = memory_id
+        return self

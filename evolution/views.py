@@ -78,7 +78,7 @@ from memories.models import Memory, Status
 from memories.selectors import WorkspaceAccess
 from memories.values import value_text
 from memories.views import Change, domain_errors
-from memories.web import safe_next
+from memories.web import refusal, safe_next
 from surfacing import services as surfacing_services
 
 TABS: Final = ("pending", "decided", "vetoed")
@@ -868,7 +868,7 @@ def record_revert(request: HttpRequest, ws: str, record_id: int) -> HttpResponse
     try:
         memory_services.record_revert(workspace=access.workspace, record_id=record_id, actor=request.user)
     except Conflict as exc:
-        messages.error(request, f"Not reverted: {exc.detail}")
+        messages.error(request, refusal(ws, exc))
     else:
         messages.success(request, f"Reverted record {record_id}.")
     return redirect(back)

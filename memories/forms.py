@@ -236,6 +236,19 @@ class BulkActionForm(_Form):
             return f'Add the tag "{self.value()}" to'
         return BULK_LABELS[action]
 
+    def done(self, changed: int) -> str:
+        """What the action did, in words for the flash: 'Archived 3 memories', 'Added the tag "x" to 1 memory'."""
+        action = self.cleaned_data["action"]
+        memories = f"{changed} memor{'y' if changed == 1 else 'ies'}"
+        if action == "set_type":
+            return f"Changed the type of {memories} to {self.value()}"
+        if action == "add_tag":
+            return f'Added the tag "{self.value()}" to {memories}'
+        return f"{BULK_DONE[action]} {memories}"
+
+
+BULK_DONE = {"archive": "Archived", "restore": "Restored", "pin": "Pinned", "unpin": "Unpinned"}
+
 
 class MemoryCreateForm(_Form):
     content = forms.CharField(

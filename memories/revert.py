@@ -33,6 +33,19 @@ SNAPSHOT_EDGE_FIELDS = frozenset({"source", "source_id", "target", "target_id", 
 """Edge fields a graph snapshot holds; restoring one of them is a graph rewrite."""
 
 
+def _latest_later_record(record: EvolutionRecord, memory_id: str) -> int | None:
+    """The newest applied record after ``record`` that touched ``memory_id`` (what a revert must undo first)."""
+    later: int | None = (
+        RecordLink.objects.filter(memory_id=memory_id, record__gt=record.pk)
+        .exclude(record__reverted_at__isnull=False)
+        .exclude(record__dry_run=True)
+        .order_by("-record_id")
+        .values_list("record_id", flat=True)
+        .first()
+    )
+    return later
+
+
 def decode_value(field: str, value: Any) -> Any:
     if value is None:
         return None
@@ -61,24 +74,27 @@ def record_revert_plan(record: EvolutionRecord) -> None:
                 raise Conflict(f"memory {mid} no longer exists", code="revert_conflict")
             for name, value in fields.items():
                 if encode_value(name, getattr(memory, name)) != value:
+                    later = _latest_later_record(record, mid)
+                    by = f" by record {later}" if later is not None else ""
                     raise Conflict(
-                        f"memory {mid} field {name} changed after record {record.pk}; revert the later change first",
+                        f"memory {mid} field {name} changed after record {record.pk}{by}; revert the later change "
+                        "first",
                         code="revert_conflict",
-                    )
+                    ).blocked_by(later, mid)
     created = record.after.get(CREATED_MEMORIES, [])
     if created:
-        later = (
+        blocking = (
             RecordLink.objects.filter(memory_id__in=created, record__gt=record.pk)
             .exclude(record__reverted_at__isnull=False)
             .exclude(record__dry_run=True)
-            .values_list("record_id", flat=True)
+            .values_list("record_id", "memory_id")
             .first()
         )
-        if later is not None:
+        if blocking is not None:
             raise Conflict(
-                f"record {later} changed a memory this record created; revert it first",
+                f"record {blocking[0]} changed a memory this record created; revert it first",
                 code="revert_conflict",
-            )
+            ).blocked_by(blocking[0], str(blocking[1]))
     edge_changes = record.after.get(EDGE_CHANGES, {})
     if edge_changes:
         edges = Edge.objects.filter(workspace=record.workspace, id__in=[int(k) for k in edge_changes]).in_bulk()

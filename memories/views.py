@@ -47,7 +47,7 @@ from memories.fragments import Row
 from memories.models import CompressionTier, Edge, Memory, Status
 from memories.selectors import WorkspaceAccess
 from memories.values import value_text
-from memories.web import safe_next
+from memories.web import refusal, safe_next
 
 P = ParamSpec("P")
 PAGE_SIZE = 50
@@ -293,22 +293,15 @@ def memory_bulk(request: HttpRequest, ws: str) -> HttpResponse:
     except (InvalidInput, NotFound) as exc:
         messages.error(request, exc.detail)
         return redirect(back)
-    label = BULK_LABELS[result.action].lower()
     if result.record is None:
-        messages.info(request, f"Nothing to {label}: the {result.selected} selected memories already were.")
+        label = BULK_LABELS[result.action].lower()
+        messages.info(request, f"Nothing to {label}: the {result.selected} selected memories already were so.")
     else:
         unchanged = result.selected - result.changed
-        note = f" ({unchanged} already were)" if unchanged else ""
+        note = f" ({unchanged} already were so)" if unchanged else ""
         messages.success(
             request,
-            format_html(
-                "{} {} {}{}. {}",
-                BULK_LABELS[result.action],
-                result.changed,
-                "memory" if result.changed == 1 else "memories",
-                note,
-                _revert_form(request, ws, result.record, back),
-            ),
+            format_html("{}{}. {}", form.done(result.changed), note, _revert_form(request, ws, result.record, back)),
         )
     return redirect(back)
 
@@ -324,7 +317,7 @@ def record_revert(request: HttpRequest, ws: str, record_id: int) -> HttpResponse
     except NotFound as exc:
         raise Http404(exc.detail) from exc
     except Conflict as exc:
-        messages.error(request, f"Not reverted: {exc.detail}")
+        messages.error(request, refusal(ws, exc))
         return redirect(back)
     messages.success(request, f"Reverted record {record_id}.")
     return redirect(back)

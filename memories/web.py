@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.safestring import SafeString
+
+from core.errors import Conflict
 
 
 def safe_next(request: HttpRequest, fallback: str, candidate: str | None = None) -> str:
@@ -25,3 +30,19 @@ def safe_next(request: HttpRequest, fallback: str, candidate: str | None = None)
     ):
         return candidate
     return fallback
+
+
+def refusal(ws: str, exc: Conflict, prefix: str = "Not reverted") -> SafeString:
+    """A refusal for a flash message; when a later change blocks it, a link to that change in the history of
+    the memory it touched ("revert the later change first" is only useful with a way to find it)."""
+    if exc.blocking_record_id is None or exc.blocking_memory_id is None:
+        return format_html("{}: {}", prefix, exc.detail)
+    url = reverse("memories:detail", kwargs={"ws": ws, "memory_id": exc.blocking_memory_id})
+    return format_html(
+        '{}: {} <a href="{}#record-{}">Open record {}</a>.',
+        prefix,
+        exc.detail,
+        url,
+        exc.blocking_record_id,
+        exc.blocking_record_id,
+    )

@@ -318,3 +318,71 @@ def test_the_history_chart_of_a_memory_used_today_tells_its_story(
     for left, right in itertools.pairwise(boxes):
         assert left["x"] + left["width"] <= right["x"], "two x labels overlap"
     assert "now" in chart.locator("text.xlab").all_text_contents()
+
+
+MAIN_PAGES = (
+    "/w/demo/",
+    "/w/demo/memories/new/",
+    "/w/demo/inspector/",
+    "/w/demo/evolution/proposals/",
+    "/w/demo/evolution/proposals/?status=decided",
+    "/w/demo/evolution/contradictions/",
+    "/w/demo/evolution/drift/",
+    "/w/demo/evolution/runs/",
+    "/w/demo/evolution/engine/",
+)
+
+
+@pytest.fixture
+def demo(e2e_server: E2EServer, e2e_user: Credentials) -> str:
+    """The demo workspace (loaded once per server), with the first memory's page added to the main pages."""
+    e2e_server.manage("load_demo", "--slug", "demo", "--username", e2e_user.username)
+    memory_id: str = e2e_server.run(
+        """
+        from memories.models import Memory
+        result = str(Memory.objects.filter(workspace__slug="demo", content__startswith="Decision").first().id)
+        """
+    )
+    return f"/w/demo/memories/{memory_id}/"
+
+
+def test_every_main_page_fits_a_phone_without_horizontal_scrolling(page: Page, demo: str) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    errors = console_errors(page)
+    overflowing = []
+    for url in (*MAIN_PAGES, demo):
+        page.goto(url)
+        page.wait_for_load_state("load")
+        width = page_width(page)
+        if width > 390:
+            culprits = page.evaluate(
+                """() => [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > 391)
+                    .slice(0, 3).map(e => e.tagName + '.' + e.className)"""
+            )
+            overflowing.append(f"{url}: {width} px ({culprits})")
+        header = page.locator("header.topbar").bounding_box()
+        assert header is not None and header["height"] <= 130, f"{url}: the header takes {header} px on a phone"
+    assert overflowing == [], "pages wider than the phone: " + "; ".join(overflowing)
+    assert errors == [], f"console errors: {errors}"
+
+
+def test_flash_messages_read_well_with_revert_inside_and_errors_have_navigation(
+    page: Page, e2e_workspace: Workspace
+) -> None:
+    ws = e2e_workspace("flash-ws", memories=notes(3))
+    page.goto(f"/w/{ws['slug']}/")
+    page.locator("#select-all").check()
+    page.get_by_label("Action", exact=True).select_option("add_tag")
+    page.locator("#bulk-tag").fill("reviewed")
+    page.get_by_role("button", name="Apply to selected…").click()
+    page.locator("#bulk-dialog").get_by_role("button").first.click()
+    box = page.locator("#messages .msg").first
+    expect(box).to_contain_text('Added the tag "reviewed" to 3 memories.')
+    expect(box.get_by_role("button", name="Revert")).to_be_visible()
+
+    response = page.goto(f"/w/{ws['slug']}/memories/00000000-0000-0000-0000-000000000000/")
+    assert response is not None and response.status == 404
+    expect(page.locator("header.topbar")).to_be_visible()
+    expect(page.get_by_role("heading", name="Not found")).to_be_visible()
+    page.get_by_role("link", name="Your workspaces").click()
+    expect(page.locator("#memory-table")).to_be_visible()

@@ -39,7 +39,8 @@ def post(client: Client, ids: list[Memory], action: str, confirm: bool = True, *
 
 def flash(client: Client) -> str:
     html = client.get("/w/acme/").content.decode()
-    return html[html.index('id="messages"') : html.index("</div>", html.index('id="messages"'))]
+    start = html.index('id="messages"')
+    return html[start : html.index('<div class="page-head">', start)]
 
 
 def test_first_step_asks_for_confirmation_with_the_count_and_changes_nothing(
@@ -80,7 +81,7 @@ def test_confirmed_archive_is_one_record_and_the_flash_offers_revert(
     assert set(record.before) == {str(m.id) for m in three}
     assert all(v["status"] == "active" for v in record.before.values())
     message = flash(browser)
-    assert "Archive 3 memories." in message
+    assert "Archived 3 memories." in message
     assert f"/w/acme/records/{record.pk}/revert/" in message
     assert "csrfmiddlewaretoken" in message
 
@@ -120,8 +121,11 @@ def test_revert_with_csrf_checks_on_uses_the_token_in_the_flash(user: Any, three
 
 def test_add_tag_change_type_and_pin_each_write_one_record(browser: Client, three: list[Memory]) -> None:
     post(browser, three, "add_tag", tag_value="reviewed")
+    assert "Added the tag &quot;reviewed&quot; to 3 memories." in flash(browser)
     post(browser, three[:2], "set_type", type_value="fact")
+    assert "Changed the type of 2 memories to fact." in flash(browser)
     post(browser, three, "pin")
+    assert "Pinned 3 memories." in flash(browser)
     assert EvolutionRecord.objects.count() == 3
     memories = {m.id: m for m in Memory.objects.all()}
     assert all(memories[m.id].tags == ["old", "reviewed"] for m in three)
@@ -134,7 +138,7 @@ def test_memories_that_already_hold_the_value_are_left_out_of_the_record(browser
     post(browser, three, "archive")
     record = EvolutionRecord.objects.get()
     assert set(record.before) == {str(three[1].id), str(three[2].id)}
-    assert "(1 already were)" in flash(browser)
+    assert "(1 already were so)" in flash(browser)
 
 
 def test_nothing_to_change_writes_no_record(browser: Client, three: list[Memory]) -> None:

@@ -40,3 +40,33 @@ def test_the_query_string_is_read_when_the_form_has_no_next() -> None:
 def test_an_explicit_candidate_wins_over_the_request() -> None:
     request = RequestFactory().post("/w/acme/x/", {"next": "/w/acme/a/"})
     assert safe_next(request, FALLBACK, "/w/acme/b/") == "/w/acme/b/"
+
+
+@pytest.mark.django_db
+def test_a_refused_revert_links_to_the_change_that_blocks_it(user: object, workspace: object) -> None:
+    from django.test import Client
+
+    from history.models import EvolutionRecord
+    from memories import services
+    from memories.inputs import MemoryInput
+
+    (memory,) = services.memories_create(
+        workspace=workspace,  # type: ignore[arg-type]
+        actor=user,  # type: ignore[arg-type]
+        items=[MemoryInput(content="first")],
+    )
+    for text in ("second", "third"):
+        memory = services.memory_update(
+            workspace=workspace,  # type: ignore[arg-type]
+            memory=memory,
+            actor=user,  # type: ignore[arg-type]
+            changes={"content": text},
+        )
+    older, newer = EvolutionRecord.objects.filter(action="update").order_by("pk")
+    browser = Client()
+    browser.force_login(user)  # type: ignore[arg-type]
+    page = f"/w/acme/memories/{memory.id}/"
+    response = browser.post(f"/w/acme/records/{older.pk}/revert/", {"next": page}, follow=True)
+    html = response.content.decode()
+    assert f"changed after record {older.pk} by record {newer.pk}" in html
+    assert f'<a href="{page}#record-{newer.pk}">Open record {newer.pk}</a>' in html
