@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
@@ -12,13 +13,32 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import InvalidInput
-from memories import inputs, selectors, serializers, services
+from memories import idempotency, inputs, selectors, serializers, services
 from memories.algorithms.activation import BOOST_DIRECT
 from memories.models import RetrievalSource
 from memories.signalbus import retrieval_signals
 
 ERRORS = {400: serializers.ErrorOut, 403: serializers.ErrorOut, 404: serializers.ErrorOut}
 CONFLICT = {409: serializers.ErrorOut}
+REUSED_KEY = {422: serializers.ErrorOut}
+IDEMPOTENCY_KEY = OpenApiParameter(
+    idempotency.HEADER,
+    str,
+    OpenApiParameter.HEADER,
+    description="A retry with the same key and body answers as the first request did, writing nothing again "
+    f"(for {settings.IDEMPOTENCY_KEY_HOURS} h); the same key with another body is a 422.",
+)
+
+
+def _idempotent(request: Request, access: selectors.WorkspaceAccess, endpoint: str, run: Any) -> Response:
+    return idempotency.idempotent(
+        workspace=access.workspace,
+        user=request.user,  # type: ignore[arg-type]
+        key=idempotency.key_of(request),
+        endpoint=endpoint,
+        data=request.data,
+        run=run,
+    ).response()
 
 
 def _bool_param(request: Request, name: str) -> bool | None:
@@ -135,17 +155,22 @@ class MemoryListCreateApi(APIView):
             }
         )
 
-    @extend_schema(request=serializers.MemoryIn, responses={201: serializers.MemoryOut, **ERRORS})
+    @extend_schema(
+        request=serializers.MemoryIn,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={201: serializers.MemoryOut, **ERRORS, **REUSED_KEY},
+    )
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
-        item = inputs.memory_input(request.data)
-        (memory,) = services.client_memories_create(
-            workspace=access.workspace, actor=request.user, items=[item], trusted=access.is_owner, bulk=False
-        )
-        return Response(
-            serializers.memory_json(memory, timezone.now(), workspace=access.workspace),
-            status=status.HTTP_201_CREATED,
-        )
+
+        def create() -> tuple[int, Any]:
+            item = inputs.memory_input(request.data)
+            (memory,) = services.client_memories_create(
+                workspace=access.workspace, actor=request.user, items=[item], trusted=access.is_owner, bulk=False
+            )
+            return status.HTTP_201_CREATED, serializers.memory_json(memory, timezone.now(), workspace=access.workspace)
+
+        return _idempotent(request, access, "memories", create)
 
 
 class MemoryDetailApi(APIView):
@@ -185,23 +210,39 @@ class MemoryDetailApi(APIView):
 
 
 class MemoryBulkCreateApi(APIView):
-    @extend_schema(request=serializers.BulkIn, responses={201: serializers.IdsOut, **ERRORS})
+    @extend_schema(
+        request=serializers.BulkIn,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={201: serializers.IdsOut, **ERRORS, **REUSED_KEY},
+    )
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
-        items = inputs.bulk_input(request.data)
-        memories = services.client_memories_create(
-            workspace=access.workspace, actor=request.user, items=items, trusted=access.is_owner, bulk=True
-        )
-        return Response({"ids": [str(m.id) for m in memories]}, status=status.HTTP_201_CREATED)
+
+        def create() -> tuple[int, Any]:
+            items = inputs.bulk_input(request.data)
+            memories = services.client_memories_create(
+                workspace=access.workspace, actor=request.user, items=items, trusted=access.is_owner, bulk=True
+            )
+            return status.HTTP_201_CREATED, {"ids": [str(m.id) for m in memories]}
+
+        return _idempotent(request, access, "memories-bulk", create)
 
 
 class ConversationIngestApi(APIView):
-    @extend_schema(request=serializers.ConversationIn, responses={201: serializers.IdsOut, **ERRORS})
+    @extend_schema(
+        request=serializers.ConversationIn,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={201: serializers.IdsOut, **ERRORS, **REUSED_KEY},
+    )
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
-        sessions = inputs.conversation_input(request.data)
-        ids = services.conversation_ingest(workspace=access.workspace, actor=request.user, sessions=sessions)
-        return Response({"ids": [str(i) for i in ids]}, status=status.HTTP_201_CREATED)
+
+        def ingest() -> tuple[int, Any]:
+            sessions = inputs.conversation_input(request.data)
+            ids = services.conversation_ingest(workspace=access.workspace, actor=request.user, sessions=sessions)
+            return status.HTTP_201_CREATED, {"ids": [str(i) for i in ids]}
+
+        return _idempotent(request, access, "conversations", ingest)
 
 
 class EdgeCreateApi(APIView):

@@ -436,3 +436,33 @@ class ApiToken(models.Model):
 
     def is_active(self, now: datetime) -> bool:
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+
+class IdempotencyKey(models.Model):
+    """The first answer to a write sent with an ``Idempotency-Key`` header, kept to answer its retries.
+
+    One per (workspace, user, key) until ``expires_at``; ``request_digest`` is the SHA-256 of the endpoint and
+    the request body, so the key cannot be reused for another request. ``response`` is the JSON text of the
+    answer exactly as rendered (a JSON column would lose the key order on PostgreSQL)."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+", db_index=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    endpoint = models.CharField(max_length=64)
+    request_digest = models.CharField(max_length=64)
+    status_code = models.PositiveSmallIntegerField(default=0)
+    response = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["workspace", "user", "key"], name="idem_ws_user_key"),
+        ]
+        indexes: ClassVar = [
+            # The purge of a workspace's expired keys, on each keyed write.
+            models.Index(fields=["workspace", "expires_at"], name="idem_ws_expires"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.endpoint} {self.key}"

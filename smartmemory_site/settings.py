@@ -174,6 +174,8 @@ REQUEST_MAX_BYTES = config.env_int("REQUEST_MAX_BYTES", 4 * 1024 * 1024, minimum
 REQUEST_MAX_BULK_BYTES = config.env_int("REQUEST_MAX_BULK_BYTES", 64 * 1024 * 1024, minimum=1024)
 # Django's own cap on what request.body may hold, so a direct WSGI/test client path agrees with the ASGI one.
 DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BULK_BYTES
+# How long the first answer to a write sent with an Idempotency-Key answers its retries (memories.idempotency).
+IDEMPOTENCY_KEY_HOURS = config.env_int("IDEMPOTENCY_KEY_HOURS", 24, minimum=1)
 SESSION_PIN_TTL_SECONDS = config.env_int("SESSION_PIN_TTL_SECONDS", 24 * 3600, minimum=1)
 # Who works queued evolution runs (evolution.jobs): "thread" (a worker thread in each web process, the
 # embedded default), "external" (only `manage.py run_workers`), "inline" (the caller: tests, scripts).
