@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 
 .PHONY: run test install migrate demo serve lint typecheck importlint bench bench-ingest bench-surfacing \
-	bench-evolution bench-pages bench-vectors bench-embedders bench-graph services-start services-stop clean
+	bench-evolution bench-pages bench-vectors bench-embedders bench-graph bench-mcp services-start services-stop clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,7 +52,7 @@ services-start:
 services-stop:
 	scripts/services.sh stop
 
-bench: bench-ingest bench-surfacing bench-evolution bench-pages bench-vectors bench-embedders bench-graph
+bench: bench-ingest bench-surfacing bench-evolution bench-pages bench-vectors bench-embedders bench-graph bench-mcp
 
 bench-ingest: install
 	$(PY) bench/bench_ingest.py
@@ -71,6 +71,9 @@ bench-embedders: install
 
 bench-graph: install
 	$(PY) bench/bench_graph.py
+
+bench-mcp: install
+	$(PY) bench/bench_mcp.py
 
 bench-pages: install
 	$(PY) bench/bench_pages.py

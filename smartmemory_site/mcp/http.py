@@ -151,28 +151,39 @@ class McpHttp:
 
     def __init__(self) -> None:
         self.server = build_server(_identify, bound=False)
-        # Host checks are Django's (ALLOWED_HOSTS, below), not the SDK's DNS-rebinding settings.
-        self.manager = StreamableHTTPSessionManager(app=self.server, json_response=True, stateless=True)
-        self._ready: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._managers: dict[asyncio.AbstractEventLoop, tuple[StreamableHTTPSessionManager, asyncio.Event]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
 
-    async def _run(self, ready: asyncio.Event) -> None:
+    async def _run(self, manager: StreamableHTTPSessionManager, ready: asyncio.Event) -> None:
         try:
-            async with self.manager.run():
+            async with manager.run():
                 ready.set()
                 await asyncio.Event().wait()
         except Exception:
             logger.exception("the MCP session manager stopped")
             raise
 
-    async def _started(self) -> None:
-        if self._ready is None:
-            self._ready = asyncio.Event()
+    async def _manager(self) -> StreamableHTTPSessionManager:
+        """The session manager of the running event loop, started on its first request.
+
+        One per loop: a manager's task group belongs to the loop it runs in (a server has one; a test
+        that drives the app from several loops gets one each)."""
+        loop = asyncio.get_running_loop()
+        if loop not in self._managers:
+            # Host checks are Django's (ALLOWED_HOSTS, below), not the SDK's DNS-rebinding settings.
+            manager = StreamableHTTPSessionManager(app=self.server, json_response=True, stateless=True)
+            ready = asyncio.Event()
+            self._managers = {k: v for k, v in self._managers.items() if not k.is_closed()}
+            self._managers[loop] = (manager, ready)
             # A context of its own: the manager outlives the request that happened to start it.
-            self._task = asyncio.get_running_loop().create_task(
-                self._run(self._ready), name="mcp-session-manager", context=contextvars.Context()
+            task = loop.create_task(
+                self._run(manager, ready), name="mcp-session-manager", context=contextvars.Context()
             )
-        await self._ready.wait()
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        manager, ready = self._managers[loop]
+        await ready.wait()
+        return manager
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("method") != "POST":
@@ -220,8 +231,8 @@ class McpHttp:
                 ((b"www-authenticate", b'Bearer realm="api", error="invalid_token"'),),
             )
             return
-        await self._started()
-        await self.manager.handle_request({**scope, SCOPE_CALLER: Caller(user=checked.user)}, receive, send)
+        manager = await self._manager()
+        await manager.handle_request({**scope, SCOPE_CALLER: Caller(user=checked.user)}, receive, send)
 
 
 def with_mcp(app: ASGIApp) -> ASGIApp:
