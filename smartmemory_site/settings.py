@@ -82,6 +82,8 @@ INSTALLED_APPS = [
     "memories",
     "surfacing",
     "evolution",
+    # The MCP adapter (tools over the services; the mcp_stdio command); no models.
+    "smartmemory_site.mcp",
 ]
 
 MIDDLEWARE = [
