@@ -402,6 +402,8 @@ class MemoryFilters:
 class MemoryPage:
     results: list[Memory]
     next_cursor: str | None
+    # The cursor that pages back from this page's first row (None on the first page).
+    previous_cursor: str | None = None
 
 
 _NULLABLE_COLUMNS = frozenset({"last_accessed"})
@@ -499,11 +501,14 @@ def memory_list(
     cursor: str | None = None,
     limit: int = 50,
     plan_probes: bool = False,
+    backward: bool = False,
 ) -> MemoryPage:
     """Return one page ordered by `ordering` then id; the cursor is the last row's (value, id).
 
     Keyset pagination keeps every page an index range scan, so page 1,000 costs what page 1 does.
     Rows whose sort column is NULL (never accessed) sort last in both directions and are paged by id.
+    With `backward`, the page is the `limit` rows just before `cursor` (the same walk, the other way), still
+    in list order; `previous_cursor` is None once the first row is reached.
     """
     if ordering not in ORDERINGS:
         raise InvalidInput(f"ordering: {ordering!r} is not one of {', '.join(sorted(ORDERINGS))}", field="ordering")
@@ -511,7 +516,10 @@ def memory_list(
         raise InvalidInput("limit: must be between 1 and 500", field="limit")
     column, desc = ORDERINGS[ordering]
     attribute = column.removeprefix(_SCORE_PREFIX)
-    op = "lt" if desc else "gt"
+    backward = backward and bool(cursor)
+    # Walking back is walking forward in the reversed order.
+    desc_walk = desc != backward
+    op = "lt" if desc_walk else "gt"
     nullable = column == "last_accessed"
     qs = memory_queryset(workspace=workspace, filters=filters, plan_probes=plan_probes)
     # The same id; named on the scores row when sorting by a score, so its index covers the whole order.
@@ -524,29 +532,53 @@ def memory_list(
     if cursor:
         value, last_id = decode_cursor(cursor, ordering)
         if value is None:
-            # Already inside the NULL tail: page it by id alone.
-            qs = qs.filter(**{f"{column}__isnull": True, f"id__{op}": last_id})
+            # Inside the NULL tail: page it by id alone; walking back, every non-NULL row comes before it.
+            tail = Q(**{f"{column}__isnull": True, f"id__{op}": last_id})
+            qs = qs.filter(tail | Q(**{f"{column}__isnull": False}) if backward else tail)
         else:
             after = Q(**{f"{column}__{op}": value}) | Q(**{column: value, f"{tie}__{op}": last_id})
             # The redundant bound (column <= value) is what lets SQLite start the index walk at the
             # cursor; with the OR alone it walked from the first row, so page 10,000 read 500k rows.
             bound = Q(**{f"{column}__{op}e": value})
-            if nullable:
+            if nullable and not backward:
                 after |= Q(**{f"{column}__isnull": True})
                 bound |= Q(**{f"{column}__isnull": True})
             qs = qs.filter(bound, after)
     # NULLS LAST only where NULLs exist: on PostgreSQL "DESC NULLS LAST" is not the backward walk of an
     # ascending index, so on a NOT NULL column it would put a sort step in front of every page.
-    nulls = {"nulls_last": True} if nullable else {}
-    primary = F(column).desc(**nulls) if desc else F(column).asc(**nulls)
-    qs = qs.order_by(primary, f"-{tie}" if desc else tie)
+    nulls = ({"nulls_first": True} if backward else {"nulls_last": True}) if nullable else {}
+    primary = F(column).desc(**nulls) if desc_walk else F(column).asc(**nulls)
+    qs = qs.order_by(primary, f"-{tie}" if desc_walk else tie)
     rows = list(qs.select_related("score").defer("embedding", "snapshots")[: limit + 1])
-    next_cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        last = rows[-1]
-        next_cursor = encode_cursor(ordering, getattr(last, attribute), last.id)
-    return MemoryPage(results=rows, next_cursor=next_cursor)
+    more = len(rows) > limit
+    rows = rows[:limit]
+
+    def cursor_of(memory: Memory) -> str:
+        return encode_cursor(ordering, getattr(memory, attribute), memory.id)
+
+    if backward:
+        rows.reverse()
+        # The row the cursor named follows this page; more rows before it mean a page before this one.
+        return MemoryPage(
+            results=rows,
+            next_cursor=cursor_of(rows[-1]) if rows else cursor,
+            previous_cursor=cursor_of(rows[0]) if rows and more else None,
+        )
+    return MemoryPage(
+        results=rows,
+        next_cursor=cursor_of(rows[-1]) if more else None,
+        previous_cursor=cursor_of(rows[0]) if rows and cursor else None,
+    )
+
+
+def memory_count(*, workspace: Workspace, filters: MemoryFilters, cap: int = 10_000) -> tuple[int, bool]:
+    """How many memories match `filters`, counted up to `cap`; (count, True) when there are more.
+
+    Bounded so a count never costs more than reading `cap` index entries, whatever the workspace's size.
+    """
+    qs = memory_queryset(workspace=workspace, filters=filters, plan_probes=True)
+    found = qs.order_by()[: cap + 1].count()
+    return min(found, cap), found > cap
 
 
 def edges_of_memory(*, workspace: Workspace, memory: Memory) -> list[Edge]:

@@ -14,6 +14,7 @@ urlpatterns = [
     path("w/<slug:ws>/memories/new/", views.memory_create, name="create"),
     path("w/<slug:ws>/memories/bulk/", views.memory_bulk, name="bulk"),
     path("w/<slug:ws>/memories/activation/", views.activation_bars, name="activation"),
+    path("w/<slug:ws>/memories/count/", views.memory_count, name="count"),
     path("w/<slug:ws>/memories/<uuid:memory_id>/", views.memory_detail, name="detail"),
     path("w/<slug:ws>/memories/<uuid:memory_id>/content/", views.memory_content, name="content"),
     path("w/<slug:ws>/memories/<uuid:memory_id>/edit/", views.memory_edit, name="edit"),

@@ -163,6 +163,7 @@ def memory_list(request: HttpRequest, ws: str) -> HttpResponse:
     form = MemoryListForm(request.GET)
     rows: list[Row] = []
     next_cursor: str | None = None
+    previous_cursor: str | None = None
     error = ""
     status = 200
     empty_workspace = False
@@ -172,9 +173,10 @@ def memory_list(request: HttpRequest, ws: str) -> HttpResponse:
                 workspace=access.workspace,
                 filters=form.filters(),
                 ordering=form.ordering_value(),
-                cursor=request.GET.get("cursor") or None,
+                cursor=request.GET.get("before") or request.GET.get("cursor") or None,
                 limit=PAGE_SIZE,
                 plan_probes=True,
+                backward=bool(request.GET.get("before")),
             )
         except InvalidInput as exc:
             error, status = exc.detail, 400
@@ -183,7 +185,8 @@ def memory_list(request: HttpRequest, ws: str) -> HttpResponse:
             build = RowBuilder(ws, now)
             rows = [build(m) for m in page.results]
             next_cursor = page.next_cursor
-            if not rows and not request.GET.get("cursor") and not form.is_filtered():
+            previous_cursor = page.previous_cursor
+            if not rows and not request.GET.get("cursor") and not request.GET.get("before") and not form.is_filtered():
                 empty_workspace = not selectors.workspace_has_memories(workspace=access.workspace)
     else:
         error, status = "Some filters are not valid; see the marked fields.", 400
@@ -200,29 +203,62 @@ def memory_list(request: HttpRequest, ws: str) -> HttpResponse:
         "bulk_form": BulkActionForm(),
         # The polling fallback's ids, joined here rather than by a 50-step template loop.
         "poll_query": urlencode([("id", str(row.memory.id)) for row in rows]),
-        **_pagination(request, next_cursor),
+        "count_url": reverse("memories:count", kwargs={"ws": ws}),
+        **_pagination(request, next_cursor, previous_cursor, len(rows)),
     }
     partial = _is_partial(request, "memory-results")
     template = "memories/list.html#results" if partial else "memories/list.html"
     return render(request, template, context, status=status)
 
 
-def _pagination(request: HttpRequest, next_cursor: str | None) -> dict[str, Any]:
-    """Query strings of the "next" and "first" links, keeping every filter of the current page."""
+def _pagination(
+    request: HttpRequest, next_cursor: str | None, previous_cursor: str | None, shown: int
+) -> dict[str, Any]:
+    """Query strings of the next, previous and first pages, keeping every filter of the current page, and the
+    positions of this page's rows (row 51-100 on page 2)."""
     base = request.GET.copy()
-    for name in ("cursor", "page"):
+    for name in ("cursor", "before", "page"):
         base.pop(name, None)
     try:
         number = max(1, int(request.GET.get("page", "1")))
     except ValueError:
         number = 1
-    next_query = ""
+    next_query = previous_query = ""
     if next_cursor:
         following = base.copy()
         following["cursor"] = next_cursor
         following["page"] = str(number + 1)
         next_query = following.urlencode()
-    return {"page_number": number, "next_query": next_query, "first_query": base.urlencode()}
+    if number == 2 or (number > 2 and not previous_cursor):
+        previous_query = base.urlencode() or "page=1"
+    elif previous_cursor:
+        preceding = base.copy()
+        preceding["before"] = previous_cursor
+        preceding["page"] = str(number - 1)
+        previous_query = preceding.urlencode()
+    first = (number - 1) * PAGE_SIZE + 1
+    return {
+        "page_number": number,
+        "next_query": next_query,
+        "previous_query": previous_query if number > 1 else "",
+        "first_query": base.urlencode(),
+        "filter_query": base.urlencode(),
+        "first_row": first,
+        "last_row": first + shown - 1,
+    }
+
+
+@login_required
+@require_GET
+@domain_errors
+def memory_count(request: HttpRequest, ws: str) -> HttpResponse:
+    """The number of memories the list's filters match (up to 10,000), loaded by the pager after the page."""
+    access = selectors.workspace_access(user=request.user, slug=ws)
+    form = MemoryListForm(request.GET)
+    if not form.is_valid():
+        return render(request, "memories/list.html#total", {"total": None})
+    total, more = selectors.memory_count(workspace=access.workspace, filters=form.filters())
+    return render(request, "memories/list.html#total", {"total": total, "more": more})
 
 
 @login_required

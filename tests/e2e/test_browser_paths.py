@@ -386,3 +386,26 @@ def test_flash_messages_read_well_with_revert_inside_and_errors_have_navigation(
     expect(page.get_by_role("heading", name="Not found")).to_be_visible()
     page.get_by_role("link", name="Your workspaces").click()
     expect(page.locator("#memory-table")).to_be_visible()
+
+
+def test_next_page_scrolls_to_the_list_top_shows_the_total_and_pages_back(page: Page, e2e_workspace: Workspace) -> None:
+    ws = e2e_workspace("pager-ws", memories=notes(120))
+    page.goto(f"/w/{ws['slug']}/?ordering=created")
+    expect(page.locator("#memory-total")).to_have_text(" of 120 memories")
+    first = page.locator("#memory-table tbody tr.mrow").first.get_attribute("id")
+    page.locator("#next-page").scroll_into_view_if_needed()
+    assert page.evaluate("window.scrollY") > 500
+    page.locator("#next-page").click()
+    expect(page.locator(".pager")).to_contain_text("Page 2 · 51–100")
+    expect(page.locator("#memory-total")).to_have_text(" of 120 memories")
+    top = page.evaluate("document.getElementById('memory-results').getBoundingClientRect().top")
+    assert -5 <= top <= 100, f"after Next the list starts {top} px from the top of the window"
+    second = page.locator("#memory-table tbody tr.mrow").first.get_attribute("id")
+    page.locator("#next-page").click()
+    expect(page.locator(".pager")).to_contain_text("Page 3 · 101–120")
+    page.get_by_role("link", name="← Previous page").click()
+    expect(page.locator(".pager")).to_contain_text("Page 2 · 51–100")
+    assert page.locator("#memory-table tbody tr.mrow").first.get_attribute("id") == second
+    page.get_by_role("link", name="← Previous page").click()
+    expect(page.locator(".pager")).to_contain_text("Page 1 · 1–50")
+    assert page.locator("#memory-table tbody tr.mrow").first.get_attribute("id") == first

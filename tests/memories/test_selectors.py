@@ -220,6 +220,35 @@ def test_every_ordering_pages_through_every_memory_once_in_order(
     assert page_through(workspace, ordering, limit) == expected_order(ordering)
 
 
+@pytest.mark.parametrize("ordering", sorted(selectors.ORDERINGS))
+@pytest.mark.parametrize("limit", [1, 2, 3])
+def test_paging_back_from_the_last_page_returns_every_page_as_it_was(
+    workspace: Workspace, spread: list[Memory], ordering: str, limit: int
+) -> None:
+    def page(cursor: str | None, backward: bool = False) -> selectors.MemoryPage:
+        return selectors.memory_list(
+            workspace=workspace,
+            filters=MemoryFilters(),
+            ordering=ordering,
+            cursor=cursor,
+            limit=limit,
+            backward=backward,
+        )
+
+    forward = [page(None)]
+    while forward[-1].next_cursor is not None:
+        forward.append(page(forward[-1].next_cursor))
+    assert forward[0].previous_cursor is None
+    back = [forward[-1]]
+    while back[-1].previous_cursor is not None:
+        back.append(page(back[-1].previous_cursor, backward=True))
+    assert [[m.content for m in p.results] for p in reversed(back)] == [[m.content for m in p.results] for p in forward]
+    # A page reached backwards pages forward again to the page it came from.
+    if len(back) > 1:
+        again = page(back[1].next_cursor)
+        assert [m.content for m in again.results] == [m.content for m in back[0].results]
+
+
 def test_the_default_ordering_is_newest_first(workspace: Workspace, spread: list[Memory]) -> None:
     page = selectors.memory_list(workspace=workspace, filters=MemoryFilters())
     assert [m.content for m in page.results] == [f"spread {i}" for i in reversed(range(7))]

@@ -368,3 +368,23 @@ def test_a_common_type_walks_the_ordering_index_and_a_rare_one_keeps_its_own(
         workspace=workspace, filters=selectors.MemoryFilters(memory_type="decision"), limit=50, plan_probes=True
     )
     assert len(page.results) == 20
+
+
+def test_the_pager_counts_the_matches_and_pages_back(browser: Client, make_memory: Callable[..., Memory]) -> None:
+    for i in range(120):
+        make_memory(f"paged {i}")
+    first = browser.get(LIST).content.decode()
+    assert "Page 1 · 1–50" in first and "Previous page" not in first
+    count = browser.get(f"{LIST}memories/count/", {"q": "paged"}, headers={"HX-Request": "true"}).content.decode()
+    assert count == '<span id="memory-total"> of 120 memories</span>'
+    second_url = re.search(r'id="next-page" rel="next" href="([^"]+)"', first).group(1).replace("&amp;", "&")
+    second = browser.get(second_url).content.decode()
+    assert "Page 2 · 51–100" in second
+    third_url = re.search(r'id="next-page" rel="next" href="([^"]+)"', second).group(1).replace("&amp;", "&")
+    third = browser.get(third_url).content.decode()
+    assert "Page 3 · 101–120" in third
+    back_url = re.search(r'id="previous-page" rel="prev" href="([^"]+)"', third).group(1).replace("&amp;", "&")
+    assert "before=" in back_url
+    back = browser.get(back_url).content.decode()
+    assert "Page 2 · 51–100" in back
+    assert rows_in(back) == rows_in(second)
