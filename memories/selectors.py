@@ -241,7 +241,8 @@ def _fts_filter(workspace: Workspace, query: str, *, plan_probes: bool = False) 
     if not terms:
         return Q()
     if connection.vendor == "sqlite":
-        expression = fts5_expression(terms)
+        # A list search also finds the words a term begins: "Rabbit" finds the memories about RabbitMQ.
+        expression = fts5_expression(terms, prefix=True)
         plan = _fts_plan(expression) if plan_probes else "gather"
         # Reading memory_id/workspace_id of every match from the FTS content table costs seconds for
         # a common word at 1M memories, so common words walk the list's ordered index instead and test
@@ -275,7 +276,7 @@ def _fts_filter(workspace: Workspace, query: str, *, plan_probes: bool = False) 
         raw = RawSQL(
             "SELECT id FROM memories_memory WHERE workspace_id = %s "
             f"AND to_tsvector({config}, content) @@ to_tsquery({config}, %s)",
-            (workspace.pk, tsquery_expression(terms)),
+            (workspace.pk, tsquery_expression(terms, prefix=True)),
         )
     return Q(id__in=raw)
 

@@ -66,25 +66,39 @@ def only_stop_words(terms: list[str]) -> bool:
     return bool(terms) and all(t in STOP_WORDS for t in terms)
 
 
-def fts5_expression(terms: list[str]) -> str:
+PREFIX_MIN = 3
+"""Shortest term a list search also matches as a prefix ("rab" finds "rabbitmq"; "a" would find everything)."""
+
+
+def _prefixable(term: str) -> bool:
+    return len(term) >= PREFIX_MIN and len(_PART.findall(term)) == 1
+
+
+def fts5_expression(terms: list[str], *, prefix: bool = False) -> str:
     """FTS5 MATCH expression ORing the quoted terms.
 
     Quotes make every term a literal string (no operators, no column filters); the tokenizer turns a
-    joined word inside them into a phrase of its parts, as it split the indexed text.
+    joined word inside them into a phrase of its parts, as it split the indexed text. With ``prefix``, a
+    single word of at least PREFIX_MIN characters also matches the words it begins ("rabbit" finds
+    "rabbitmq"), besides its stem.
     """
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    quoted = ['"' + t.replace('"', '""') + '"' for t in terms]
+    if prefix:
+        quoted = [f"{q} OR {q}*" if _prefixable(t) else q for t, q in zip(terms, quoted, strict=True)]
+    return " OR ".join(quoted)
 
 
-def tsquery_expression(terms: list[str]) -> str:
+def tsquery_expression(terms: list[str], *, prefix: bool = False) -> str:
     """PostgreSQL to_tsquery text ORing the terms; a joined word becomes a phrase of its parts.
 
-    Only letters and digits reach to_tsquery, so no term can inject tsquery operators.
+    Only letters and digits reach to_tsquery, so no term can inject tsquery operators. ``prefix`` as in
+    ``fts5_expression`` (``rabbit | rabbit:*``).
     """
     clauses: list[str] = []
     for term in terms:
         parts = _PART.findall(term)
         if len(parts) == 1:
-            clauses.append(parts[0])
+            clauses.append(f"{parts[0]} | {parts[0]}:*" if prefix and _prefixable(term) else parts[0])
         elif parts:
             clauses.append("(" + " <-> ".join(parts) + ")")
     return " | ".join(clauses)

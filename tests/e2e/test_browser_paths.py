@@ -385,7 +385,9 @@ def test_flash_messages_read_well_with_revert_inside_and_errors_have_navigation(
     expect(page.locator("header.topbar")).to_be_visible()
     expect(page.get_by_role("heading", name="Not found")).to_be_visible()
     page.get_by_role("link", name="Your workspaces").click()
-    expect(page.locator("#memory-table")).to_be_visible()
+    # The home page, or straight to the workspace when it is the person's only one.
+    expect(page).to_have_url(re.compile(rf"//[^/]+/(w/{ws['slug']}/)?$"))
+    expect(page.locator("header.topbar")).to_be_visible()
 
 
 def test_next_page_scrolls_to_the_list_top_shows_the_total_and_pages_back(page: Page, e2e_workspace: Workspace) -> None:
@@ -409,3 +411,16 @@ def test_next_page_scrolls_to_the_list_top_shows_the_total_and_pages_back(page: 
     page.get_by_role("link", name="← Previous page").click()
     expect(page.locator(".pager")).to_contain_text("Page 1 · 1–50")
     assert page.locator("#memory-table tbody tr.mrow").first.get_attribute("id") == first
+
+
+def test_list_search_matches_the_beginning_of_a_word(page: Page, e2e_workspace: Workspace) -> None:
+    ws = e2e_workspace(
+        "prefix-ws",
+        memories=[{"content": f"RabbitMQ queue {i} backs up at night"} for i in range(5)]
+        + [{"content": "Kafka keeps the audit stream"}],
+    )
+    page.goto(f"/w/{ws['slug']}/")
+    page.get_by_label("Search").fill("Rabbit")
+    expect(page.locator("#memory-table tbody tr.mrow")).to_have_count(5)
+    page.get_by_label("Search").fill("rabbitmq")
+    expect(page.locator("#memory-table tbody tr.mrow")).to_have_count(5)
