@@ -12,7 +12,9 @@ all three, and one client process calls them with the same HTTP stack (httpx2, k
 
 Each query runs over all three, in rotating order, so they see the same machine load; p50 and p95 of each
 are printed side by side with the ratio of the p50s and what MCP adds at p50 (also the median of the
-per-query differences). Rows: the workspace's default mode (legacy) and router mode with deep:multi-hop.
+per-query differences). On a shared machine wall times swing with the load, so each call's CPU time is
+measured too: the server's (every thread of the daphne process, from /proc/<pid>/task/*/schedstat, in
+nanoseconds) and the client's. Rows: the workspace's default mode (legacy) and router deep:multi-hop.
 
 Target (the README's performance table): MCP adds <= 5 ms at p50.
 
@@ -32,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -113,15 +116,32 @@ def _start_server(db_path: Path) -> tuple[subprocess.Popen[bytes], str]:
             time.sleep(0.2)
 
 
-Timings = dict[str, list[float]]
+@dataclass
+class Way:
+    """One way of calling: wall time, server CPU and client CPU of each call, in ms."""
+
+    wall: list[float] = field(default_factory=list)
+    server_cpu: list[float] = field(default_factory=list)
+    client_cpu: list[float] = field(default_factory=list)
 
 
-async def _measure(url: str, token: str, queries: list[str]) -> dict[str, Timings]:
+def _cpu_ns(pid: int) -> int:
+    """CPU time of every live thread of process ``pid`` (the scheduler's nanosecond count, not clock ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended meanwhile
+    return total
+
+
+async def _measure(url: str, token: str, queries: list[str], server_pid: int) -> dict[str, dict[str, Way]]:
     import httpx2
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    results: dict[str, Timings] = {}
+    results: dict[str, dict[str, Way]] = {}
     raw_headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
     async with (
         httpx2.AsyncClient(base_url=url, headers={"Authorization": f"Token {token}"}, timeout=120) as rest,
@@ -168,26 +188,39 @@ async def _measure(url: str, token: str, queries: list[str]) -> dict[str, Timing
             base = {"session_id": "bench-mcp", "k": 20, **extra}
             for way in ways.values():  # untimed: the server's caches warm up for every way in
                 await way({**base, "query": queries[0]})
-            timings: Timings = {name: [] for name in ways}
+            timings = {name: Way() for name in ways}
             order = list(ways)
             for k, text in enumerate(queries):
                 for name in order[k % 3 :] + order[: k % 3]:
-                    timings[name].append(await ways[name]({**base, "query": text}))
+                    server, client = _cpu_ns(server_pid), time.process_time_ns()
+                    wall = await ways[name]({**base, "query": text})
+                    record = timings[name]
+                    record.server_cpu.append((_cpu_ns(server_pid) - server) / 1e6)
+                    record.client_cpu.append((time.process_time_ns() - client) / 1e6)
+                    record.wall.append(wall)
             results[label] = timings
     return results
 
 
-def _report(label: str, timings: Timings) -> list[str]:
+def _report(label: str, timings: dict[str, Way]) -> list[str]:
     rest = timings["REST"]
-    rest50 = percentile(rest, 50)
+    rest50 = percentile(rest.wall, 50)
     lines = [f"  {label}:"]
-    for name, times in timings.items():
-        p50 = percentile(times, 50)
-        line = f"    {name:<8} p50 {p50:7.1f} ms  p95 {percentile(times, 95):7.1f} ms  (n={len(times)})"
+    mean = statistics.mean
+    for name, way in timings.items():
+        p50 = percentile(way.wall, 50)
+        line = (
+            f"    {name:<8} p50 {p50:7.1f} ms  p95 {percentile(way.wall, 95):7.1f} ms  (n={len(way.wall)})  "
+            f"CPU per call: server {mean(way.server_cpu):5.1f} ms, client {mean(way.client_cpu):4.1f} ms"
+        )
         if name != "REST":
             added = p50 - rest50
-            paired = statistics.median(m - r for m, r in zip(times, rest, strict=True))
-            line += f"   {p50 / rest50:.2f}x REST; adds {added:+.1f} ms at p50 (per-query median {paired:+.1f} ms)"
+            paired = statistics.median(m - r for m, r in zip(way.wall, rest.wall, strict=True))
+            line += (
+                f"\n    {'':<8} {p50 / rest50:.2f}x REST; adds {added:+.1f} ms at p50 "
+                f"(per-query median {paired:+.1f} ms), CPU {mean(way.server_cpu) - mean(rest.server_cpu):+.1f} ms "
+                f"server, {mean(way.client_cpu) - mean(rest.client_cpu):+.1f} ms client"
+            )
             if name == "MCP":
                 line += f"; target <= {TARGET_ADDED_MS:.0f} ms: {'met' if added <= TARGET_ADDED_MS else 'MISSED'}"
         lines.append(line)
@@ -221,7 +254,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; workspace of {args.memories:,} memories")
     server, url = _start_server(db_path)
     try:
-        results = asyncio.run(_measure(url, token, queries))
+        results = asyncio.run(_measure(url, token, queries, server.pid))
     finally:
         server.terminate()
         try:
