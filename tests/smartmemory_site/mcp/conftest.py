@@ -29,6 +29,8 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
 from mcp import ClientSession
 from mcp.shared.memory import create_client_server_memory_streams
 
@@ -63,10 +65,14 @@ async def _connected(user: Any, workspace: str | None = None) -> AsyncIterator[C
             await server.run(server_streams[0], server_streams[1], server.create_initialization_options())
 
         tasks.start_soon(serve)
-        async with ClientSession(client_streams[0], client_streams[1]) as session:
-            await session.initialize()
-            yield session
-        tasks.cancel_scope.cancel()
+        try:
+            async with ClientSession(client_streams[0], client_streams[1]) as session:
+                await session.initialize()
+                yield session
+        finally:
+            tasks.cancel_scope.cancel()
+            # The server's thread keeps its own connections; closed, the test database can be dropped.
+            await sync_to_async(connections.close_all)()
 
 
 @pytest.fixture

@@ -172,7 +172,9 @@ async def test_without_a_valid_token_mcp_answers_401_and_only_post_is_served(liv
 # -- the token check, in process ------------------------------------------------------------------------
 
 
-@pytest.mark.django_db
+# Transactional: a token check is a request of its own, whose end closes a connection left inside a
+# transaction (Django's request_finished handler), as the test's would be otherwise.
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.api
 def test_failed_token_checks_are_limited_per_address_as_over_rest(make_user: Any, settings: Any, capsys: Any) -> None:
     settings.THROTTLE_RATES = {**settings.THROTTLE_RATES, "token_failure": (2, 60)}
