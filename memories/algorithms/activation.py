@@ -146,7 +146,8 @@ def replay_activation(
     after the last boost), each boost's delta is taken off, which gives the stored score after every boost
     and before the first one; forward again, activation reads ``stored_i * 2 ** (-hours since boost i /
     half_life_hours)`` between boosts (``decayed_activation``), flat before the first (no decay clock yet)
-    and jumping at each boost. Boosts after ``last_boost_at`` (not flushed yet) are left out. Returns
+    and jumping at each boost; the stored score decays from ``last_boost_at`` even when no known boost set it
+    then. Boosts after ``last_boost_at`` (not flushed yet) are left out. Returns
     (time, activation in [0, 1]) points in time order, ``samples_per_gap`` per stretch so curves read as
     curves; a boost gives two points at its time (before and after). Boosts the caller does not know of
     (older than its window) make the start read higher than it was, never the end.
@@ -180,5 +181,12 @@ def replay_activation(
         stretch(cursor, at)
         clock, level, cursor = at, value, at
         points.append((at, level))
+    if last_boost_at is not None and (clock is None or clock < last_boost_at):
+        # The stored score dates from last_boost_at even when no known boost explains it (set at creation or
+        # by an import): it decays from then on.
+        if last_boost_at > cursor:
+            stretch(cursor, min(last_boost_at, end))
+            cursor = min(last_boost_at, end)
+        clock = last_boost_at
     stretch(cursor, end)
     return points

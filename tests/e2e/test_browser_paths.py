@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import itertools
+import os
 import re
+import shutil
 import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.sync_api import Page, expect
 
 pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
 
 E2EServer = Any
 Credentials = Any
@@ -424,3 +429,31 @@ def test_list_search_matches_the_beginning_of_a_word(page: Page, e2e_workspace: 
     expect(page.locator("#memory-table tbody tr.mrow")).to_have_count(5)
     page.get_by_label("Search").fill("rabbitmq")
     expect(page.locator("#memory-table tbody tr.mrow")).to_have_count(5)
+
+
+SCREENSHOTS = {
+    "memories": "/w/demo/",
+    "inspector": "/w/demo/inspector/?q=why+did+we+pick+JWT",
+    "proposals": "/w/demo/evolution/proposals/",
+    "contradictions": "/w/demo/evolution/contradictions/",
+    "drift": "/w/demo/evolution/drift/",
+    "runs": "/w/demo/evolution/runs/",
+    "engine": "/w/demo/evolution/engine/",
+}
+
+
+def test_screenshots_of_the_main_pages_at_desktop_size(page: Page, demo: str, screenshot: Any) -> None:
+    """1440x900 shots of every main page; docs/screenshots is refreshed with UPDATE_DOCS_SCREENSHOTS=1."""
+    page.set_viewport_size({"width": 1440, "height": 900})
+    errors = console_errors(page)
+    docs = ROOT / "docs" / "screenshots"
+    for name, url in (*SCREENSHOTS.items(), ("memory-detail", demo)):
+        page.goto(url)
+        page.wait_for_load_state("load")
+        expect(page.locator("header.topbar")).to_be_visible()
+        assert_no_horizontal_overflow(page, name)
+        shot = screenshot(page, f"desktop-{name}", full_page=False)
+        if os.environ.get("UPDATE_DOCS_SCREENSHOTS"):
+            docs.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(shot, docs / f"{name}.png")
+    assert errors == [], f"console errors: {errors}"

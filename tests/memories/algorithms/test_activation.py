@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import math
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -198,3 +199,14 @@ def test_replay_of_a_memory_never_boosted_is_flat_and_bounded() -> None:
     assert min(v for _, v in low) == 0.0
     with pytest.raises(ValueError):
         replay_activation(0.5, None, 720.0, [], _T0, _T0 - timedelta(seconds=1))
+
+
+def test_replay_decays_from_the_last_boost_even_without_known_boosts() -> None:
+    last = _T0 + timedelta(days=1)
+    end = _T0 + timedelta(days=40)
+    points = replay_activation(0.5, last, 720.0, [], _T0, end, samples_per_gap=4)
+    assert points[0] == (_T0, 0.5)
+    assert (last, 0.5) in points
+    # No jump at the end: the line meets the value the page shows now.
+    assert points[-1] == (end, pytest.approx(decayed_activation(0.5, last, 720.0, end)))
+    assert all(b[1] <= a[1] + 1e-12 for a, b in itertools.pairwise(points))
