@@ -161,3 +161,9 @@ def mirrored(neo: Neo4jGraphStore) -> Iterator[Neo4jGraphStore]:
     set_graph_store(neo)
     yield neo
     set_graph_store(None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Browser tests run last: Playwright's sync API keeps an event loop on the main thread for the rest of
+    the session, where pytest-asyncio tests (the MCP client) could no longer start their own."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
