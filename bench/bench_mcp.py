@@ -164,7 +164,7 @@ async def _measure(url: str, token: str, queries: list[str], server_pid: int) ->
             started = time.perf_counter()
             result = await session.call_tool("get_working_context", {"workspace": "bench", **body})
             elapsed = (time.perf_counter() - started) * 1000.0
-            if result.is_error or not result.structured_content["items"]:
+            if result.is_error or not json.loads(result.content[0].text)["items"]:  # type: ignore[union-attr]
                 raise RuntimeError(f"MCP: {result.content[0]}")
             return elapsed
 
@@ -178,8 +178,9 @@ async def _measure(url: str, token: str, queries: list[str], server_pid: int) ->
             started = time.perf_counter()
             response = await http.post(url + "/mcp/", json=message, headers=raw_headers)
             data = response.json()
+            answer = json.loads(data["result"]["content"][0]["text"])  # the REST body, as the others read it
             elapsed = (time.perf_counter() - started) * 1000.0
-            if response.status_code != 200 or data["result"]["isError"]:
+            if response.status_code != 200 or data["result"]["isError"] or not answer["items"]:
                 raise RuntimeError(f"MCP raw {response.status_code}: {str(data)[:300]}")
             return elapsed
 

@@ -86,12 +86,12 @@ def _served(work: Callable[[], Json], what: str) -> tuple[bool, Json]:
 
 
 def _tool_result(ok: bool, body: Json) -> types.CallToolResult:
-    encoded = _encode(body)
-    return types.CallToolResult(
-        content=[types.TextContent(text=encoded.decode())],
-        structured_content=orjson.loads(encoded),
-        is_error=not ok,
-    )
+    """The answer as one text block holding the REST body's JSON, which is what runtimes hand their model.
+
+    No ``structuredContent`` copy: without an output schema it tells a client nothing the text does not,
+    and it doubled every answer; the SDK validates and dumps it three times on the way out (0.55 ms of a
+    20-item working context, measured) and a client parses it again."""
+    return types.CallToolResult(content=[types.TextContent(text=_encode(body).decode())], is_error=not ok)
 
 
 def _tool(spec: tools.ToolSpec, *, bound: bool) -> types.Tool:
