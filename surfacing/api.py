@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 
 from core.errors import InvalidInput
 from memories import selectors as memory_selectors
+from memories.models import Workspace
 from memories.serializers import ErrorOut, MemoryOut, iso_z, memory_json
 from surfacing import retrieval, selectors, services
 
@@ -190,6 +191,24 @@ class PinOut(drf.Serializer[Any]):
 # -- views ------------------------------------------------------------------------------------------
 
 
+def working_context_for(workspace: Workspace, data: Mapping[str, Any]) -> retrieval.WorkingContext:
+    """``get_working_context`` for a request body (REST's /context/ and the MCP tool): ``query`` already
+    checked present; the service validates every other field and names it."""
+    explain = data.get("explain", False)
+    if not isinstance(explain, bool):
+        raise InvalidInput("explain: expected true or false", field="explain")
+    return retrieval.get_working_context(
+        workspace,
+        data.get("session_id"),
+        data["query"],
+        k=data.get("k", 20),
+        max_tokens=data.get("max_tokens"),
+        strategy=data.get("strategy"),
+        mode=data.get("mode"),
+        explain=explain,
+    )
+
+
 class WorkingContextApi(APIView):
     # A read that arrives as a POST: outside the per-user write limit (core.throttles).
     throttle_classes = ()
@@ -200,20 +219,7 @@ class WorkingContextApi(APIView):
         data = _body(request, CONTEXT_FIELDS)
         if "query" not in data:
             raise InvalidInput("query: this field is required", field="query")
-        explain = data.get("explain", False)
-        if not isinstance(explain, bool):
-            raise InvalidInput("explain: expected true or false", field="explain")
-        context = retrieval.get_working_context(
-            access.workspace,
-            data.get("session_id"),
-            data["query"],
-            k=data.get("k", 20),
-            max_tokens=data.get("max_tokens"),
-            strategy=data.get("strategy"),
-            mode=data.get("mode"),
-            explain=explain,
-        )
-        return Response(context_json(context))
+        return Response(context_json(working_context_for(access.workspace, data)))
 
 
 class SearchApi(APIView):

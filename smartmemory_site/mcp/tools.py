@@ -37,7 +37,7 @@ from surfacing import retrieval
 from surfacing import services as surfacing_services
 from surfacing.algorithms.composite import SurfacingMode
 from surfacing.algorithms.router import Strategy
-from surfacing.api import context_json
+from surfacing.api import context_json, working_context_for
 from surfacing.services import PIN_WEIGHT_MAX
 
 Json = dict[str, Any]
@@ -279,20 +279,7 @@ _PROPOSAL_PROPERTIES: Json = {
 
 
 def _working_context(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
-    explain = body.get("explain", False)
-    if not isinstance(explain, bool):
-        raise InvalidInput("explain: expected true or false", field="explain")
-    context = retrieval.get_working_context(
-        access.workspace,
-        body.get("session_id"),
-        body["query"],
-        k=body.get("k", 20),
-        max_tokens=body.get("max_tokens"),
-        strategy=body.get("strategy"),
-        mode=body.get("mode"),
-        explain=explain,
-    )
-    return context_json(context)
+    return context_json(working_context_for(access.workspace, body))
 
 
 def _search(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
