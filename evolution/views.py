@@ -836,11 +836,12 @@ def run_cancel(request: HttpRequest, ws: str, run_id: uuid.UUID) -> HttpResponse
     access = _edit(request, ws)
     run = _run(access, run_id)
     try:
-        jobs.run_cancel(workspace=access.workspace, run=run, actor=request.user)
+        now = jobs.run_cancel(workspace=access.workspace, run=run, actor=request.user)
     except Conflict as exc:
         messages.error(request, f"Not cancelled: {exc.detail}")
     else:
-        messages.success(request, "Cancelled." if run.status == RunStatus.QUEUED else "Stopping after this evolver.")
+        stopped = now.status == RunStatus.CANCELLED
+        messages.success(request, "Cancelled." if stopped else "Stopping after this evolver.")
     return redirect(_url("run", ws, run_id=run.id))
 
 
