@@ -156,7 +156,9 @@ class RecordOut(serializers.Serializer[Any]):
     reverted_by = serializers.IntegerField(allow_null=True)
 
 
-class RunOut(serializers.Serializer[Any]):
+class RunSummaryOut(serializers.Serializer[Any]):
+    """A run as the run list shows it (run_summary_json): no records."""
+
     run_id = serializers.CharField()
     dry_run = serializers.BooleanField()
     status = serializers.CharField()
@@ -165,13 +167,19 @@ class RunOut(serializers.Serializer[Any]):
     progress = serializers.DictField()
     started_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
+    started_by = serializers.IntegerField(allow_null=True, help_text="the user id who started it")
+
+
+class RunOut(RunSummaryOut):
+    """A run with one page of its records (run_json)."""
+
     records = RecordOut(many=True)
     records_count = serializers.IntegerField()
     records_next = serializers.IntegerField(allow_null=True)
 
 
 class RunListOut(serializers.Serializer[Any]):
-    results = RunOut(many=True)
+    results = RunSummaryOut(many=True)
 
 
 class HistoryOut(serializers.Serializer[Any]):

@@ -233,3 +233,18 @@ def test_the_documented_surfacing_inputs_are_the_fields_the_api_accepts(schema: 
 
     assert fields_of("/api/v1/workspaces/{ws}/context/") == CONTEXT_FIELDS
     assert fields_of("/api/v1/workspaces/{ws}/search/") == SEARCH_FIELDS
+
+
+def test_the_run_list_and_a_run_return_exactly_what_they_document(
+    schema: dict[str, Any], api: Any, workspace: Any, user: Any
+) -> None:
+    from evolution import services as evolution_services
+
+    run = evolution_services.evolution_run(workspace=workspace, actor=user, evolvers=["ExponentialDecay"])
+    base = "/api/v1/workspaces/acme/evolution/runs/"
+    calls: list[Call] = [
+        # The list shows each run without its records (found by the schema fuzz: RunOut required them).
+        ("/api/v1/workspaces/{ws}/evolution/runs/", "get", base, None, 200),
+        ("/api/v1/workspaces/{ws}/evolution/runs/{run_id}/", "get", f"{base}{run.id}/", None, 200),
+    ]
+    _assert_documented(schema, api, calls)
