@@ -121,8 +121,10 @@ def candidate_rows(
         age = "(julianday(%s) - julianday(COALESCE(updated_at, created_at))) * 24.0"
     else:
         now_param = now
-        since_boost = "EXTRACT(EPOCH FROM (%s - activation_last_boost_at)) / 3600.0"
-        age = "EXTRACT(EPOCH FROM (%s - COALESCE(updated_at, created_at))) / 3600.0"
+        # float8: EXTRACT gives numeric, which the driver turns into one Decimal per value (~40% of the
+        # read's time for 700 candidates).
+        since_boost = "(EXTRACT(EPOCH FROM (%s - activation_last_boost_at)) / 3600.0)::float8"
+        age = "(EXTRACT(EPOCH FROM (%s - COALESCE(updated_at, created_at))) / 3600.0)::float8"
     columns = (
         f"id, memory_type, activation_score, {since_boost}, activation_half_life_hours, {age}, length(content), subject"
     )

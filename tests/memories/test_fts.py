@@ -79,6 +79,36 @@ def test_a_queryset_update_of_content_is_followed(workspace: Workspace, make_mem
     assert found(workspace, "rabbitmq") == {memory.id}
 
 
+def test_the_stored_index_text_follows_the_content_of_each_write(
+    workspace: Workspace, user: Any, make_memory: Callable[..., Memory]
+) -> None:
+    """What ranking reads is stored, not re-parsed per query: PostgreSQL's generated search_vector column,
+    SQLite's FTS5 row; either must equal the current content after an edit and a queryset update."""
+    from django.db import connection
+
+    memory = make_memory("first wording about kafka")
+    services.memory_update(workspace=workspace, memory=memory, actor=user, changes={"content": "edited about nats"})
+    other = make_memory("second memory about redis")
+    Memory.objects.filter(id=other.id).update(content="updated about valkey")
+    with connection.cursor() as cursor:
+        for mid, content in ((memory.id, "edited about nats"), (other.id, "updated about valkey")):
+            if connection.vendor == "postgresql":
+                cursor.execute(
+                    "SELECT search_vector = to_tsvector('english', %s), search_vector::text FROM memories_memory "
+                    "WHERE id = %s",
+                    [content, mid],
+                )
+                same, stored = cursor.fetchone()
+                assert same, stored
+            else:
+                cursor.execute(
+                    "SELECT f.content FROM memories_fts f JOIN memories_fts_map m ON m.fts_rowid = f.rowid "
+                    "WHERE m.memory_id = %s",
+                    [mid.hex],
+                )
+                assert cursor.fetchone()[0] == content
+
+
 def test_a_deleted_memory_is_no_longer_found(
     workspace: Workspace, user: Any, make_memory: Callable[..., Memory]
 ) -> None:
