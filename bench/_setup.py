@@ -1,25 +1,146 @@
-"""Shared set-up for benchmarks: a Django environment on a throw-away SQLite file under var/bench/."""
+"""Shared set-up for benchmarks: a Django environment on a throw-away database, SQLite or PostgreSQL.
+
+SQLite (the default) keeps each benchmark's database as a file under var/bench/. PostgreSQL uses the
+throw-away PostgreSQL 15 cluster that `make test` starts (scripts/services.sh, 127.0.0.1:5442): each
+benchmark gets its own database on it, named after the SQLite file (``surfacing.sqlite3`` ->
+``bench_surfacing``), so both backends can hold the same generated workspaces side by side.
+
+    parser = argparse.ArgumentParser(...)
+    add_database_argument(parser)          # --database sqlite|postgres (env BENCH_DATABASE)
+    db = django_setup("surfacing.sqlite3", fresh=args.fresh, database=args.database)
+    db.url                                 # DATABASE_URL for a server subprocess
+    db.save_copy("pristine"); db.restore_copy("pristine")   # file copy / CREATE DATABASE ... TEMPLATE
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
+import shutil
+import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DIR = ROOT / "var" / "bench"
+DATABASES = ("sqlite", "postgres")
 
 
-def django_setup(db_name: str, *, fresh: bool) -> Path:
-    """Point DATABASE_URL at var/bench/<db_name>, optionally deleting it first, and set Django up."""
+def add_database_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database",
+        choices=DATABASES,
+        default=os.environ.get("BENCH_DATABASE", "sqlite"),
+        help="backend to measure: sqlite (a file under var/bench/) or postgres (the cluster `make test` starts, "
+        "started here if it is not running); default $BENCH_DATABASE or sqlite",
+    )
+
+
+def _postgres_server() -> str:
+    """Start the test cluster the way `make test` does (a no-op when it runs) and return its base URL."""
+    subprocess.run([str(ROOT / "scripts" / "services.sh"), "start", "postgres"], check=True)
+    env = subprocess.run(
+        [str(ROOT / "scripts" / "services.sh"), "env"], check=True, capture_output=True, text=True
+    ).stdout
+    found = re.search(r"TEST_DATABASE_URL=(\S+)", env)
+    if found is None:
+        raise RuntimeError("scripts/services.sh env printed no TEST_DATABASE_URL")
+    return found.group(1).rsplit("/", 1)[0]
+
+
+@dataclass(frozen=True)
+class BenchDatabase:
+    """Where a benchmark's data lives. ``label`` names it in reports ("sqlite" / "postgres")."""
+
+    label: str
+    url: str
+    path: Path | None  # the SQLite file; None on PostgreSQL
+    name: str  # the PostgreSQL database name, or the SQLite file's stem
+
+    def _admin_sql(self, *statements: str) -> None:
+        import psycopg
+
+        base = self.url.rsplit("/", 1)[0]
+        with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+            for sql in statements:
+                conn.execute(sql)  # type: ignore[arg-type]
+
+    def copy_exists(self, tag: str) -> bool:
+        if self.path is not None:
+            return self._copy_path(tag).exists()
+        import psycopg
+
+        base = self.url.rsplit("/", 1)[0]
+        with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+            row = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [self._copy_name(tag)]).fetchone()
+        return row is not None
+
+    def save_copy(self, tag: str) -> None:
+        """Keep the database as it is now under ``tag`` (closes Django's connections first)."""
+        from django.db import connections
+
+        connections.close_all()
+        if self.path is not None:
+            shutil.copyfile(self.path, self._copy_path(tag))
+            return
+        copy = self._copy_name(tag)
+        self._admin_sql(f'DROP DATABASE IF EXISTS "{copy}"', f'CREATE DATABASE "{copy}" TEMPLATE "{self.name}"')
+
+    def restore_copy(self, tag: str) -> None:
+        """Replace the database with the copy saved under ``tag`` (closes Django's connections first)."""
+        from django.db import connections
+
+        connections.close_all()
+        if self.path is not None:
+            for suffix in ("-wal", "-shm"):
+                Path(str(self.path) + suffix).unlink(missing_ok=True)
+            shutil.copyfile(self._copy_path(tag), self.path)
+            return
+        self._admin_sql(
+            f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)',
+            f'CREATE DATABASE "{self.name}" TEMPLATE "{self._copy_name(tag)}"',
+        )
+
+    def _copy_path(self, tag: str) -> Path:
+        assert self.path is not None
+        return self.path.with_name(f"{self.path.stem}-{tag}{self.path.suffix}")
+
+    def _copy_name(self, tag: str) -> str:
+        return f"{self.name}__{re.sub(r'[^a-z0-9_]', '_', tag.lower())}"[:63]
+
+
+def bench_database(db_name: str, *, fresh: bool, database: str = "sqlite") -> BenchDatabase:
+    """The database for ``db_name`` (a SQLite file name under var/bench/), created empty when ``fresh``."""
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     path = BENCH_DIR / db_name
-    if fresh:
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(path) + suffix).unlink(missing_ok=True)
-    os.environ["DATABASE_URL"] = f"sqlite:///{path}"
+    if database == "sqlite":
+        if fresh:
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(path) + suffix).unlink(missing_ok=True)
+        return BenchDatabase("sqlite", f"sqlite:///{path}", path, path.stem)
+    if database != "postgres":
+        raise ValueError(f"--database must be one of {', '.join(DATABASES)}, got {database!r}")
+    name = "bench_" + re.sub(r"[^a-z0-9_]", "_", path.stem.lower())
+    db = BenchDatabase("postgres", f"{_postgres_server()}/{name}", None, name)
+    import psycopg
+
+    with psycopg.connect(db.url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        if fresh:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[arg-type]
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
+            conn.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]
+    return db
+
+
+def django_setup(db_name: str, *, fresh: bool, database: str = "sqlite") -> BenchDatabase:
+    """Point DATABASE_URL at the benchmark's database (see bench_database), set Django up and migrate."""
+    db = bench_database(db_name, fresh=fresh, database=database)
+    os.environ["DATABASE_URL"] = db.url
     # Each bench database numbers its workspaces from 1: their persisted vector indexes live apart.
-    os.environ.setdefault("VECTOR_INDEX_DIR", str(BENCH_DIR / f"{path.stem}-vectors"))
+    suffix = "" if database == "sqlite" else "-postgres"
+    os.environ.setdefault("VECTOR_INDEX_DIR", str(BENCH_DIR / f"{Path(db_name).stem}{suffix}-vectors"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smartmemory_site.settings")
     os.environ.setdefault("SIGNAL_BACKGROUND_FLUSH", "false")
     sys.path.insert(0, str(ROOT))
@@ -29,7 +150,12 @@ def django_setup(db_name: str, *, fresh: bool) -> Path:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    return path
+    return db
+
+
+def sidecar_path(stem: str, database: str) -> Path:
+    """A JSON file describing generated data, one per backend (both may hold differently generated data)."""
+    return BENCH_DIR / (f"{stem}.json" if database == "sqlite" else f"{stem}-{database}.json")
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -1,10 +1,10 @@
-"""Bulk ingestion throughput on SQLite with hashing embeddings (target >= 2,000 memories/s for 100k).
+"""Bulk ingestion throughput with hashing embeddings on SQLite or PostgreSQL (target >= 2,000 memories/s for 100k).
 
 Runs the real write path, `memories.services.memories_create` (validation-free typed inputs, one
-embedding batch per chunk, bulk INSERT, FTS5 triggers), in chunks of 5,000 as an agent calling
+embedding batch per chunk, bulk INSERT, FTS5 triggers or the generated tsvector), in chunks of 5,000 as an agent calling
 POST /memories/bulk/ would, then a conversation ingestion of 20k turns with entity extraction.
 
-    make bench-ingest            # or: .venv/bin/python bench/bench_ingest.py --count 100000
+    make bench-ingest            # or: .venv/bin/python bench/bench_ingest.py --count 100000 [--database postgres]
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import random
 import time
 from datetime import UTC, datetime, timedelta
 
-from _setup import django_setup
+from _setup import add_database_argument, django_setup
 
 TARGET_PER_SECOND = 2000.0
 
@@ -34,9 +34,11 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--chunk", type=int, default=5_000)
     parser.add_argument("--turns", type=int, default=20_000)
+    add_database_argument(parser)
     args = parser.parse_args()
 
-    django_setup("ingest.sqlite3", fresh=True)
+    db = django_setup("ingest.sqlite3", fresh=True, database=args.database)
+    print(f"database {db.label}")
     from django.contrib.auth import get_user_model
 
     from memories import services

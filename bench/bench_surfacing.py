@@ -33,10 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _setup import BENCH_DIR, ROOT, django_setup, percentile
+from _setup import ROOT, BenchDatabase, add_database_argument, django_setup, percentile, sidecar_path
 
 DB_NAME = "surfacing.sqlite3"
-SIDECAR = BENCH_DIR / "surfacing.json"
 TARGETS = {"fast:recency": (25.0, None), "deep:multi-hop": (80.0, 150.0)}
 
 
@@ -67,27 +66,32 @@ def _queries(
 
 
 def _ensure_workspace(args: argparse.Namespace) -> dict[str, Any]:
+    from django.db import connection
+
     from memories.embeddings import embedder_for
     from memories.models import Edge, Memory, Workspace
 
+    sidecar = sidecar_path("surfacing", args.database)
     workspace = Workspace.objects.filter(slug="bench").first()
     if (
         not args.fresh
         and workspace is not None
-        and SIDECAR.exists()
+        and sidecar.exists()
         and Memory.objects.filter(workspace=workspace).count() == args.memories
         # Generated before vectors carried their model's name: the vector index would hold nothing.
         and Memory.objects.filter(workspace=workspace, embedding_model=embedder_for(workspace).name).exists()
     ):
-        meta: dict[str, Any] = json.loads(SIDECAR.read_text())
+        meta: dict[str, Any] = json.loads(sidecar.read_text())
         meta["edges"] = Edge.objects.filter(workspace=workspace).count()
-        print(f"reusing workspace 'bench': {args.memories:,} memories, {meta['edges']:,} edges ({DB_NAME})")
+        print(f"reusing workspace 'bench': {args.memories:,} memories, {meta['edges']:,} edges ({connection.vendor})")
         return meta
     from surfacing_data import generate
 
+    started = time.perf_counter()
     generated = generate(n_memories=args.memories, n_edges=args.edges)
+    print(f"generated {args.memories:,} memories, {generated.edges:,} edges in {time.perf_counter() - started:.0f} s")
     meta = {"topics": generated.topic_words, "vocabulary": generated.vocabulary, "edges": generated.edges}
-    SIDECAR.write_text(json.dumps(meta))
+    sidecar.write_text(json.dumps(meta))
     return meta
 
 
@@ -142,11 +146,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def bench_http(db_path: Path, token: str, queries: dict[str, list[str]]) -> dict[str, list[float]]:
+def bench_http(db: BenchDatabase, token: str, queries: dict[str, list[str]]) -> dict[str, list[float]]:
     port = _free_port()
     env = {
         **os.environ,
-        "DATABASE_URL": f"sqlite:///{db_path}",
+        "DATABASE_URL": db.url,
         "DJANGO_SETTINGS_MODULE": "smartmemory_site.settings",
         "LOG_LEVEL": "WARNING",
     }
@@ -351,10 +355,11 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="regenerate the workspace")
     parser.add_argument("--skip-http", action="store_true")
     parser.add_argument("--skip-ppr", action="store_true")
+    add_database_argument(parser)
     args = parser.parse_args()
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    db_path = django_setup(DB_NAME, fresh=args.fresh)
+    db = django_setup(DB_NAME, fresh=args.fresh, database=args.database)
     from graph.store import graph_store
     from memories.embeddings import embedder_for
     from memories.models import Memory, Workspace
@@ -370,7 +375,7 @@ def main() -> None:
     )
     queries = _queries(meta["topics"], meta["vocabulary"], entities, args.runs)
 
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"database {db.label}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     started, cpu = time.perf_counter(), time.process_time()
     snapshot = graph_store().neighbourhood(workspace, [], hops=2, max_nodes=0)
     print(
@@ -393,7 +398,7 @@ def main() -> None:
     if not args.skip_http:
         user = workspace.memberships.get(role="owner").user
         token = api_token_create(user=user, name="bench")
-        for strategy, times in bench_http(db_path, token.key, queries).items():
+        for strategy, times in bench_http(db, token.key, queries).items():
             print(_report("HTTP", strategy, times))
     if not args.skip_ppr:
         print("PPR alone:")
