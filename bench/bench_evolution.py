@@ -1,4 +1,4 @@
-"""The enhanced evolution cycle on a 100k-memory SQLite workspace (target <= 15 s wall, >= 20x naive).
+"""The enhanced evolution cycle on a 100k-memory workspace, SQLite or PostgreSQL (target <= 15 s, >= 20x naive).
 
 Builds a workspace as a busy agent would leave it between two daily cycles, inserted in bulk: 100k
 memories with hashing embeddings (98% already compared by the previous cycle's interference pass, 2%
@@ -18,6 +18,7 @@ Then, in one process and on the same data:
 
     make bench-evolution        # or: .venv/bin/python bench/bench_evolution.py --memories 100000
     .venv/bin/python bench/bench_evolution.py --reuse   # skip the build, start from the saved copy
+    .venv/bin/python bench/bench_evolution.py --database postgres [--reuse]
 """
 
 from __future__ import annotations
@@ -28,17 +29,15 @@ import json
 import math
 import os
 import random
-import shutil
 import time
 import uuid
 import zlib
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-from _setup import BENCH_DIR, ROOT, django_setup
+from _setup import BENCH_DIR, ROOT, add_database_argument, bench_database, django_setup
 
 TARGET_SECONDS = 15.0
 TARGET_RATIO = 20.0
@@ -537,24 +536,27 @@ def main() -> None:
         action="store_true",
         help="start from the copy of the workspace saved by the previous build with the same sizes",
     )
+    add_database_argument(parser)
     args = parser.parse_args()
 
     # The saved copy is keyed by the migrations too: a copy migrated on the fly would have another layout
     # (a rewritten table leaves free pages behind) than a fresh build, and time differently.
     schema = hashlib.sha1(" ".join(sorted(p.name for p in ROOT.glob("*/migrations/0*.py"))).encode()).hexdigest()[:8]
-    pristine = BENCH_DIR / f"evolution-{args.memories}-{args.seed}-{schema}.sqlite3"
+    tag = f"{args.memories}-{args.seed}-{schema}"
+    backend = "" if args.database == "sqlite" else f"-{args.database}"
+    pristine = BENCH_DIR / f"evolution-{tag}.sqlite3"
     prefix = f"evolution-{args.memories}-{args.seed}"
-    for stale in [*BENCH_DIR.glob(f"{prefix}.*"), *BENCH_DIR.glob(f"{prefix}-*")]:
-        if stale.stem != pristine.stem:
-            stale.unlink()
-    info_path = pristine.with_suffix(".json")
-    reuse = args.reuse and pristine.exists() and info_path.exists()
+    if args.database == "sqlite":
+        for stale in [*BENCH_DIR.glob(f"{prefix}.*"), *BENCH_DIR.glob(f"{prefix}-*")]:
+            if stale.stem != pristine.stem and not stale.stem.endswith("-postgres"):
+                stale.unlink()
+    info_path = BENCH_DIR / f"evolution-{tag}{backend}.json"
+    db = bench_database("evolution.sqlite3", fresh=False, database=args.database)
+    saved_copy = pristine.exists() if db.path is not None else db.copy_exists(tag)
+    reuse = args.reuse and saved_copy and info_path.exists()
     if reuse:
-        BENCH_DIR.mkdir(parents=True, exist_ok=True)
-        for suffix in ("-wal", "-shm"):
-            Path(str(BENCH_DIR / "evolution.sqlite3") + suffix).unlink(missing_ok=True)
-        shutil.copyfile(pristine, BENCH_DIR / "evolution.sqlite3")
-    django_setup("evolution.sqlite3", fresh=not reuse)
+        db.restore_copy(tag)  # SQLite: the copy is `pristine`
+    django_setup("evolution.sqlite3", fresh=not reuse, database=args.database)
     from django.db import connection
 
     from evolution import runner, services
@@ -572,8 +574,9 @@ def main() -> None:
         data = build_workspace(args.memories, args.seed, now)
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
-            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        shutil.copyfile(BENCH_DIR / "evolution.sqlite3", pristine)
+            if connection.vendor == "sqlite":
+                cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.save_copy(tag)
         saved = {k: v for k, v in data.items() if k != "workspace"}
         info_path.write_text(json.dumps({**saved, "ids": [str(i) for i in data["ids"]], "now": now.isoformat()}))
     # The copy (and a fresh build) leaves ~600 MB of dirty pages that the kernel writes back ~30 s later,
@@ -581,7 +584,7 @@ def main() -> None:
     # commits: 0.16-0.17 s after a sync, 0.26-0.90 s right after a copy). Written back now, untimed.
     started = time.perf_counter()
     os.sync()
-    print(f"  files synced to disk before timing ({time.perf_counter() - started:.1f} s)")
+    print(f"  database {db.label}; files synced to disk before timing ({time.perf_counter() - started:.1f} s)")
     workspace = data["workspace"]
     co_retrieved = Edge.objects.filter(workspace=workspace, edge_type=EdgeType.CO_RETRIEVED).count()
     print(

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _setup import BENCH_DIR, ROOT, django_setup, percentile
+from _setup import ROOT, add_database_argument, django_setup, percentile, sidecar_path
 
 TARGET_ADDED_MS = 5.0
 ROWS: dict[str, dict[str, Any]] = {
@@ -89,11 +89,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_server(db_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+def _start_server(database_url: str) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     env = {
         **os.environ,
-        "DATABASE_URL": f"sqlite:///{db_path}",
+        "DATABASE_URL": database_url,
         "DJANGO_SETTINGS_MODULE": "smartmemory_site.settings",
         "LOG_LEVEL": "WARNING",
     }
@@ -233,17 +233,18 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=100_000, help="size of the workspace (edges: 10 per memory)")
     parser.add_argument("--runs", type=int, default=60, help="queries per row, each over REST and over MCP")
     parser.add_argument("--fresh", action="store_true", help="regenerate the workspace")
+    add_database_argument(parser)
     args = parser.parse_args()
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     os.environ.setdefault("LOG_LEVEL", "WARNING")  # one INFO line per client request otherwise
     db_name = f"mcp-{args.memories}.sqlite3"
-    db_path = django_setup(db_name, fresh=args.fresh)
+    db = django_setup(db_name, fresh=args.fresh, database=args.database)
     from memories.embeddings import embedder_for
     from memories.models import Workspace
     from memories.vectorindex import vector_index, vector_index_settle
 
-    meta = _ensure_workspace(args, BENCH_DIR / f"mcp-{args.memories}.json")
+    meta = _ensure_workspace(args, sidecar_path(f"mcp-{args.memories}", args.database))
     workspace = Workspace.objects.get(slug="bench")
     embedder = embedder_for(workspace)
     # Built (or loaded) and persisted here, so the server loads it instead of building it inside a request.
@@ -252,8 +253,11 @@ def main() -> None:
     token = _token(workspace.memberships.get(role="owner").user.get_username())
     queries = _queries(meta["topics"], meta["vocabulary"], args.runs)
 
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; workspace of {args.memories:,} memories")
-    server, url = _start_server(db_path)
+    print(
+        f"database {db.label}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; "
+        f"workspace of {args.memories:,} memories"
+    )
+    server, url = _start_server(db.url)
     try:
         results = asyncio.run(_measure(url, token, queries, server.pid))
     finally:
