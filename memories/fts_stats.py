@@ -115,6 +115,7 @@ def forget() -> None:
     """Drop every kept count (tests that rebuild the index under the same row ids)."""
     with _lock:
         _counts.clear()
+        _pg_terms.clear()
 
 
 def _still_valid(kept: WorkspaceCounts, database: str, top: int, top_id: str | None, cursor: Any) -> bool:
@@ -192,3 +193,45 @@ def _texts(rowids: Sequence[int]) -> dict[int, str]:
             [json.dumps(list(rowids))],
         )
         return {int(rowid): str(content or "") for rowid, content in cursor.fetchall()}
+
+
+# -- PostgreSQL: how many of a workspace's memories each term matches, capped --------------------------
+
+# A term's count is kept for a minute per (database, workspace, term); counts only choose which terms'
+# matches are ranked (memories.algorithms.fts.rare_term_subset), so a stale one costs speed, never a
+# match: when the rarer terms return too few rows the whole query runs.
+_PG_TERM_SECONDS = 60.0
+_PG_TERMS_MAX = 50_000
+_pg_terms: dict[tuple[str, int, str, int], tuple[int, float]] = {}
+
+
+def pg_term_counts(workspace_id: int, expressions: Sequence[str], *, config: str, cap: int) -> list[int]:
+    """PostgreSQL: how many memories of the workspace match each to_tsquery expression, counted up to
+    ``cap`` (a count of ``cap`` means at least that many), in one query for the terms not kept."""
+    database = str(connection.settings_dict.get("NAME"))
+    now = time.monotonic()
+    found: dict[str, int] = {}
+    with _lock:
+        for expression in expressions:
+            kept = _pg_terms.get((database, workspace_id, expression, cap))
+            if kept is not None and now - kept[1] < _PG_TERM_SECONDS:
+                found[expression] = kept[0]
+    missing = [e for e in dict.fromkeys(expressions) if e not in found]
+    if missing:
+        part = (
+            "SELECT %s::int, (SELECT count(*) FROM (SELECT 1 FROM memories_memory WHERE workspace_id = %s "
+            f"AND search_vector @@ to_tsquery({config}, %s) LIMIT %s) t)"
+        )
+        params: list[Any] = []
+        for k, expression in enumerate(missing):
+            params.extend([k, workspace_id, expression, cap])
+        with connection.cursor() as cursor:
+            cursor.execute(" UNION ALL ".join([part] * len(missing)), params)
+            rows = cursor.fetchall()
+        with _lock:
+            if len(_pg_terms) + len(rows) > _PG_TERMS_MAX:
+                _pg_terms.clear()
+            for k, count in rows:
+                found[missing[k]] = int(count)
+                _pg_terms[(database, workspace_id, missing[k], cap)] = (int(count), now)
+    return [found[e] for e in expressions]

@@ -203,3 +203,31 @@ def bm25(counts: npt.ArrayLike, lengths: npt.ArrayLike, average_length: float, i
     parts = tf * (BM25_K1 + 1.0) / (tf + norm[:, None])
     result: FloatArray = parts @ np.asarray(idf, dtype=np.float64)
     return result
+
+
+# -- ranking only the rarer terms' matches (PostgreSQL) --------------------------------------------
+
+
+def rare_term_subset(counts: Sequence[int], *, pool: int, budget: int) -> list[int] | None:
+    """Which terms' matches to rank, given each term's match count (possibly capped above ``budget``):
+    the rarest terms first, while their counts add up to at most ``budget`` (the rarest always), or
+    None to rank every match (the subset would be every term, or may hold fewer than ``pool`` rows).
+
+    A match of only common terms is worth least to any idf-weighted rank (BM25's idf falls with a term's
+    count), and a GIN index has to read the row of every match to rank it: a query with one word in 1%
+    of the rows reads 1% of the workspace. When the rare terms alone give a full pool, their rows
+    (ranked by the whole query, common terms included) are the pool.
+    """
+    if pool <= 0 or budget <= 0 or len(counts) < 2:
+        return None
+    order = sorted(range(len(counts)), key=lambda k: (counts[k], k))
+    chosen: list[int] = []
+    total = 0
+    for k in order:
+        if chosen and total + counts[k] > budget:
+            break
+        chosen.append(k)
+        total += counts[k]
+    if len(chosen) == len(counts) or total < pool:
+        return None
+    return sorted(chosen)

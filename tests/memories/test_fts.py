@@ -280,3 +280,53 @@ def test_the_list_search_matches_the_words_a_term_begins(workspace: Workspace, u
     assert listed("ka") == []
     assert fts5_expression(["rabbit", "ka", "real-time"], prefix=True) == '"rabbit" OR "rabbit"* OR "ka" OR "real-time"'
     assert tsquery_expression(["rabbit", "real-time"], prefix=True) == "rabbit | rabbit:* | (real <-> time)"
+
+
+# -- ranking the rarer terms' matches only (PostgreSQL; SQLite ranks every match) -----------------
+
+
+@pytest.fixture
+def common_and_rare(
+    workspace: Workspace, make_memory: Callable[..., Memory], monkeypatch: pytest.MonkeyPatch
+) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
+    """12 memories say "deploy", 3 of them also "zeppelin"; the rare-term budget is shrunk to fit."""
+    monkeypatch.setattr(selectors, "_PG_RARE_BUDGET_MIN", 4)
+    monkeypatch.setattr(selectors, "_PG_RARE_BUDGET_PER_HIT", 1)
+    fts_stats.forget()
+    rare = {make_memory(f"deploy the zeppelin service, step {i}").id for i in range(3)}
+    common = {make_memory(f"deploy step {i} of the release").id for i in range(9)}
+    return rare, common
+
+
+def test_when_the_rare_terms_fill_the_pool_the_best_hits_are_theirs(
+    workspace: Workspace, common_and_rare: tuple[set[uuid.UUID], set[uuid.UUID]]
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    rare, _ = common_and_rare
+    with CaptureQueriesContext(connection) as queries:
+        hits = selectors.lexical_search(workspace=workspace, query="deploy zeppelin", limit=2)
+    assert len(hits) == 2 and {mid for mid, _ in hits} <= rare
+    if connection.vendor == "postgresql":
+        ranked = [q["sql"] for q in queries.captured_queries if "ts_rank_cd" in q["sql"]]
+        # Ranked by the whole query, matched by the rare term alone, one query.
+        assert len(ranked) == 1 and "'deploy | zeppelin') r" in ranked[0] and "'zeppelin') q" in ranked[0]
+
+
+def test_matches_of_only_common_terms_are_found_when_the_rare_ones_cannot_fill_the_pool(
+    workspace: Workspace, common_and_rare: tuple[set[uuid.UUID], set[uuid.UUID]]
+) -> None:
+    rare, common = common_and_rare
+    hits = [mid for mid, _ in selectors.lexical_search(workspace=workspace, query="deploy zeppelin", limit=5)]
+    assert set(hits[:3]) == rare and set(hits[3:]) <= common and len(hits) == 5
+
+
+def test_rare_matches_filtered_out_by_status_fall_back_to_every_match(
+    workspace: Workspace, common_and_rare: tuple[set[uuid.UUID], set[uuid.UUID]]
+) -> None:
+    rare, common = common_and_rare
+    archived = sorted(rare)[:2]
+    Memory.objects.filter(id__in=archived).update(status="archived")
+    hits = [mid for mid, _ in selectors.lexical_search(workspace=workspace, query="deploy zeppelin", limit=2)]
+    assert hits[0] == (rare - set(archived)).pop() and hits[1] in common

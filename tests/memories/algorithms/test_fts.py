@@ -9,7 +9,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from memories.algorithms.fts import bm25, fts5_expression, fts5_idf, index_tokens, term_counts
+from memories.algorithms.fts import bm25, fts5_expression, fts5_idf, index_tokens, rare_term_subset, term_counts
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 TEXTS = [
@@ -66,3 +66,32 @@ def test_a_joined_term_counts_as_a_phrase_and_no_texts_give_nothing() -> None:
     assert counts.tolist() == [[2, 3], [0, 0]] and lengths.tolist() == [8, 1]
     empty, no_lengths = term_counts([], ["kafka"])
     assert empty.shape == (0, 1) and bm25(empty, no_lengths, 10.0, [1.0]).shape == (0,)
+
+
+# -- rare_term_subset ------------------------------------------------------------------------------
+
+
+def test_the_rarest_terms_are_ranked_alone_when_they_fill_the_pool_within_the_budget() -> None:
+    # counts: a common word (5,000), two topic words (105, 176) and a mid one (580)
+    assert rare_term_subset([5000, 105, 176, 580], pool=130, budget=520) == [1, 2]
+
+
+def test_every_match_is_ranked_when_the_rare_terms_cannot_fill_the_pool() -> None:
+    assert rare_term_subset([5000, 40, 30], pool=130, budget=520) is None
+
+
+def test_every_match_is_ranked_when_every_term_fits_the_budget() -> None:
+    assert rare_term_subset([100, 200, 150], pool=130, budget=520) is None
+
+
+def test_the_rarest_term_is_kept_even_over_the_budget() -> None:
+    assert rare_term_subset([9000, 800], pool=130, budget=520) == [1]
+
+
+def test_a_single_term_or_an_empty_pool_is_ranked_in_full() -> None:
+    assert rare_term_subset([9000], pool=130, budget=520) is None
+    assert rare_term_subset([9000, 10], pool=0, budget=520) is None
+
+
+def test_equal_counts_keep_the_query_order() -> None:
+    assert rare_term_subset([300, 300, 300], pool=100, budget=600) == [0, 1]
