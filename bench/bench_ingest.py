@@ -10,9 +10,11 @@ POST /memories/bulk/ would, then a conversation ingestion of 20k turns with enti
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from _setup import add_database_argument, django_setup
 
@@ -34,6 +36,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--chunk", type=int, default=5_000)
     parser.add_argument("--turns", type=int, default=20_000)
+    parser.add_argument("--json", default="", help="also write the rates to this JSON file (bench_scale)")
     add_database_argument(parser)
     args = parser.parse_args()
 
@@ -92,6 +95,9 @@ def main() -> None:
         f"conversation ingestion: {args.turns:,} turns (+session, entity memories and edges) in "
         f"{turn_elapsed:.2f} s = {turn_rate:,.0f} turns/s"
     )
+    if args.json:
+        figures = {"database": db.label, "memories_per_s": rate, "turns_per_s": turn_rate, "count": args.count}
+        Path(args.json).write_text(json.dumps(figures, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,14 +1,16 @@
 """Surfacing benchmark: get_working_context per strategy, in process and over HTTP, and PPR vs networkx.
 
-On a generated workspace of 100k memories and 1M edges on SQLite (bench/surfacing_data.py; built once
-into var/bench/surfacing.sqlite3 and reused, --fresh rebuilds it), this prints:
+On a generated workspace of 100k memories and 1M edges (bench/surfacing_data.py; built once into
+var/bench/surfacing.sqlite3, or the bench_surfacing database with --database postgres, and reused;
+--fresh rebuilds it), this prints:
 
 - graph snapshot build time (the first deep query of a process pays it) and, last, the time to extend it
   after an edge write (what the first deep query after a conversation ingest pays);
 - the vector index of the workspace's embedder (built, or loaded from var/vectors, before timing): every
   router query but a point query takes its semantic candidates from it;
 - p50/p95 of get_working_context per strategy in process (router mode with an explicit strategy, plus
-  legacy mode), recording boosts as a real call does (the bus is flushed between queries, untimed);
+  legacy mode), recording boosts as a real call does (the bus is flushed between queries, untimed), and
+  the CPU a call costs (this thread, plus its backend process on PostgreSQL: steady on a busy machine);
 - the same over HTTP against a daphne server on 127.0.0.1 (token auth, one keep-alive connection);
 - PPR forward push (the service's settings) vs networkx.pagerank with the same personalisation on the
   same 1M-edge graph, as a speed ratio, and the L1 distance of the two on a 10k-node graph.
@@ -17,6 +19,7 @@ Targets (the README's performance table): fast:recency p50 <= 25 ms; deep:multi-
 PPR >= 50x networkx; L1 <= 1e-4 on <= 10k nodes.
 
     make bench-surfacing            # or: .venv/bin/python bench/bench_surfacing.py [--fresh] [--runs 60]
+    .venv/bin/python bench/bench_surfacing.py --database postgres   # the same on PostgreSQL
 """
 
 from __future__ import annotations
@@ -95,11 +98,32 @@ def _ensure_workspace(args: argparse.Namespace) -> dict[str, Any]:
     return meta
 
 
+def _server_cpu_ns() -> int:
+    """CPU time (ns) of this connection's PostgreSQL backend process so far (0 on SQLite: in process).
+
+    With it, the CPU column is what a call costs on either backend, whatever else the machine runs."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return 0
+    global _BACKEND_PID
+    if _BACKEND_PID is None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            _BACKEND_PID = int(cursor.fetchone()[0])
+    return int(Path(f"/proc/{_BACKEND_PID}/schedstat").read_text().split()[0])
+
+
+_BACKEND_PID: int | None = None
+
+
 def _timed(fn: Any, cpu: list[float] | None = None) -> float:
+    server = _server_cpu_ns() if cpu is not None else 0
     started, thread = time.perf_counter(), time.thread_time()
     fn()
     if cpu is not None:
-        cpu.append((time.thread_time() - thread) * 1000.0)
+        server = _server_cpu_ns() - server
+        cpu.append((time.thread_time() - thread) * 1000.0 + server / 1e6)
     return (time.perf_counter() - started) * 1000.0
 
 
@@ -113,6 +137,13 @@ def _report(label: str, strategy: str, times: list[float], cpu: list[float] | No
         limits = f"p50 <= {target[0]:.0f}" + (f", p95 <= {target[1]:.0f}" if target[1] else "")
         verdict = f"  target {limits}: {'met' if ok else 'MISSED'}"
     return f"  {label:<10} {strategy:<29} p50 {p50:7.1f} ms  p95 {p95:7.1f} ms  (n={len(times)}){cpu_note}{verdict}"
+
+
+def _figures(times: list[float], cpu: list[float] | None = None) -> dict[str, float]:
+    out = {"p50": percentile(times, 50), "p95": percentile(times, 95)}
+    if cpu:
+        out["cpu_p50"] = percentile(cpu, 50)
+    return out
 
 
 def bench_in_process(workspace: Any, queries: dict[str, list[str]]) -> dict[str, tuple[list[float], list[float]]]:
@@ -355,6 +386,7 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="regenerate the workspace")
     parser.add_argument("--skip-http", action="store_true")
     parser.add_argument("--skip-ppr", action="store_true")
+    parser.add_argument("--json", default="", help="also write the percentiles to this JSON file (bench_scale)")
     add_database_argument(parser)
     args = parser.parse_args()
 
@@ -393,13 +425,18 @@ def main() -> None:
     )
 
     print("get_working_context, k=20 (router mode with the strategy given; legacy = mode legacy):")
+    figures: dict[str, Any] = {"database": db.label, "memories": args.memories, "edges": meta["edges"]}
     for strategy, (times, cpu_ms) in bench_in_process(workspace, queries).items():
         print(_report("in-process", strategy, times, cpu_ms))
+        figures[f"in-process {strategy}"] = _figures(times, cpu_ms)
     if not args.skip_http:
         user = workspace.memberships.get(role="owner").user
         token = api_token_create(user=user, name="bench")
         for strategy, times in bench_http(db, token.key, queries).items():
             print(_report("HTTP", strategy, times))
+            figures[f"HTTP {strategy}"] = _figures(times)
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
     if not args.skip_ppr:
         print("PPR alone:")
         for line in bench_ppr(snapshot, runs=5):
