@@ -57,6 +57,41 @@ class EvolutionRun(models.Model):
         return f"run {self.id} ({'dry' if self.dry_run else 'applied'})"
 
 
+class ScheduledJob(models.Model):
+    """One scheduled job of one workspace (evolution.scheduler): when it last ran and how it went, what it
+    carries from one run to the next, and the database lock that keeps it to one worker at a time.
+
+    With REDIS_URL set the lock lives in Redis instead (evolution.locks) and the lock columns stay empty;
+    the rest is written by the worker holding the lock either way.
+    """
+
+    # schedjob_ws_job leads with workspace.
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="scheduled_jobs", db_index=False)
+    job = models.CharField(max_length=32)
+    # The clock reading the last finished run worked at (its `now`): the job is due again a period later.
+    # A run killed before it finished leaves it as it was, so the job stays due for the next worker.
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    last_finished_at = models.DateTimeField(null=True, blank=True)
+    last_status = models.CharField(max_length=8, blank=True, default="")
+    last_error = models.TextField(blank=True, default="")
+    last_seconds = models.FloatField(default=0.0)
+    last_stats = models.JSONField(default=dict, blank=True)
+    runs = models.PositiveIntegerField(default=0)
+    # What the job carries to its next run (the retrieval statistics' event watermarks).
+    state = models.JSONField(default=dict, blank=True)
+    # The database lock (evolution.locks.DatabaseJobLocks): the holder's token and when its lease ends.
+    lock_token = models.CharField(max_length=64, blank=True, default="")
+    lock_expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["workspace", "job"], name="schedjob_ws_job"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job} of workspace {self.workspace_id}"
+
+
 class ProposalKind(models.TextChoices):
     SUMMARY = "summary"
     PROMOTION = "promotion"
