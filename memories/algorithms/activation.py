@@ -147,7 +147,8 @@ def replay_activation(
     and before the first one; forward again, activation reads ``stored_i * 2 ** (-hours since boost i /
     half_life_hours)`` between boosts (``decayed_activation``), flat before the first (no decay clock yet)
     and jumping at each boost; the stored score decays from ``last_boost_at`` even when no known boost set it
-    then. Boosts after ``last_boost_at`` (not flushed yet) are left out. Returns
+    then, and a stored score dated after the last known boost (materialised by the decay sweep) is that
+    boost's score decayed to then. Boosts after ``last_boost_at`` (not flushed yet) are left out. Returns
     (time, activation in [0, 1]) points in time order, ``samples_per_gap`` per stretch so curves read as
     curves; a boost gives two points at its time (before and after). Boosts the caller does not know of
     (older than its window) make the start read higher than it was, never the end.
@@ -159,6 +160,11 @@ def replay_activation(
     )
     after: list[float] = []
     score = clamp01(stored)
+    if flushed and last_boost_at is not None and last_boost_at > flushed[-1][0] and half_life_hours > 0.0:
+        # The stored score dates from after the last known boost (the decay sweep materialised it and moved
+        # last_boost_at to its own time): the score right after that boost is the stored one undecayed.
+        hours = (last_boost_at - flushed[-1][0]).total_seconds() / 3600.0
+        score = clamp01(score * math.exp(_LN2 * hours / half_life_hours))
     for _, delta in reversed(flushed):
         after.append(score)
         score = clamp01(score - delta)
@@ -187,6 +193,6 @@ def replay_activation(
         if last_boost_at > cursor:
             stretch(cursor, min(last_boost_at, end))
             cursor = min(last_boost_at, end)
-        clock = last_boost_at
+        clock, level = last_boost_at, clamp01(stored)
     stretch(cursor, end)
     return points

@@ -210,3 +210,20 @@ def test_replay_decays_from_the_last_boost_even_without_known_boosts() -> None:
     # No jump at the end: the line meets the value the page shows now.
     assert points[-1] == (end, pytest.approx(decayed_activation(0.5, last, 720.0, end)))
     assert all(b[1] <= a[1] + 1e-12 for a, b in itertools.pairwise(points))
+
+
+def test_replay_of_a_score_the_decay_sweep_materialised_draws_the_same_history() -> None:
+    """The sweep stores the decayed score and moves last_boost_at to its own time: the boosts before it
+    replay as they did from the unmaterialised score, and the line reaches the stored score at that time."""
+    day = timedelta(days=1)
+    boosts = [(_T0 + day, 0.05), (_T0 + 2 * day, 0.05)]
+    end = _T0 + 20 * day
+    swept_at = _T0 + 10 * day
+    swept = decayed_activation(0.6, _T0 + 2 * day, 720.0, swept_at)
+    before = replay_activation(0.6, _T0 + 2 * day, 720.0, boosts, _T0, end, samples_per_gap=4)
+    after = replay_activation(swept, swept_at, 720.0, boosts, _T0, end, samples_per_gap=4)
+    assert after[0] == (_T0, pytest.approx(0.5))
+    assert (_T0 + 2 * day, pytest.approx(0.6)) in after
+    assert (swept_at, pytest.approx(swept)) in after
+    assert after[-1] == (end, pytest.approx(before[-1][1]))
+    assert all(abs(v - decayed_activation(0.6, _T0 + 2 * day, 720.0, t)) < 1e-9 for t, v in after if t > _T0 + 2 * day)
