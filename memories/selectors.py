@@ -128,7 +128,7 @@ def lexical_search(
 
     SQLite ranks with FTS5's bm25() (negated, since FTS5 returns smaller-is-better) under the
     workspace's own term statistics (`memories.fts_stats`): the best hits of the shared index, a pool
-    twice as deep when other workspaces share it, are rescored. PostgreSQL ranks with ts_rank_cd over
+    twice as deep when other workspaces share it, are rescored. PostgreSQL ranks with ts_rank over
     the stored, GIN-indexed tsvector, which needs no corpus statistics (it is not BM25 but orders the same
     way for short documents), only the rarer terms' matches when they fill the pool (`_pg_ranked`).
     Scores are raw: normalise per query before fusing them with other signals.
@@ -151,54 +151,71 @@ def lexical_search(
 # PostgreSQL ranks a query's matches in full only while the rarer terms' matches are fewer than
 # _PG_RARE_BUDGET_PER_HIT rows per wanted hit (at least _PG_RARE_BUDGET_MIN): ranking a match reads its
 # row, and one common word in a query made it read thousands (bench: 1,816 rows, 13 ms, for a name in 1.5%
-# of 100k memories; 340 rows, 3 ms, without it).
+# of 100k memories; 340 rows, 3 ms, without it). When every term is that common, the newest
+# _PG_NEWEST_PER_BUDGET x budget matches are ranked (a query of three words each in most of 20k turns
+# ranked all 20k: 110 ms).
 _PG_RARE_BUDGET_PER_HIT = 4
 _PG_RARE_BUDGET_MIN = 400
+_PG_NEWEST_PER_BUDGET = 2
 
 
 def _pg_ranked(
     workspace_id: int, terms: list[str], limit: int, statuses: Sequence[str] | None
 ) -> list[tuple[uuid.UUID, float]]:
-    """PostgreSQL: the ``limit`` best (memory id, ts_rank_cd) of the workspace for ``terms``.
+    """PostgreSQL: the ``limit`` best (memory id, ts_rank) of the workspace for ``terms``.
 
-    Matched and ranked from the stored ``search_vector``. With several terms, the rows ranked may be
-    only those of the rarer terms (``rare_term_subset`` over kept per-term counts), still scored by the
-    whole query; the whole query runs when they give fewer than ``limit`` rows.
+    Matched and ranked from the stored ``search_vector`` (ts_rank: ts_rank_cd's cover density cost
+    three to seven times as much per row, for the same order on short texts). The rows ranked may be
+    only those of the rarer terms (``rare_term_subset`` over kept per-term counts), or, when every term
+    is common, the newest matches, still scored by the whole query; the whole query runs when either
+    gives fewer than ``limit`` rows.
     """
     config = _pg_config(terms)
     expression = tsquery_expression(terms)
     if not expression:
         return []
-    match = expression
-    if config == "'english'" and len(terms) > 1:
+    match, newest = expression, 0
+    if config == "'english'":
         budget = max(_PG_RARE_BUDGET_MIN, _PG_RARE_BUDGET_PER_HIT * limit)
         per_term = [tsquery_expression([t]) for t in terms]
         counts = fts_stats.pg_term_counts(workspace_id, per_term, config=config, cap=budget + 1)
-        subset = rare_term_subset(counts, pool=limit, budget=budget)
-        if subset is not None:
+        if min(counts) > budget:
+            newest = _PG_NEWEST_PER_BUDGET * budget
+        elif (subset := rare_term_subset(counts, pool=limit, budget=budget)) is not None:
             match = " | ".join(per_term[k] for k in subset)
-    rows = _pg_ranked_rows(workspace_id, config, match, expression, limit, statuses)
-    if match != expression and len(rows) < limit:
+    rows = _pg_ranked_rows(workspace_id, config, match, expression, limit, statuses, newest=newest)
+    if (match != expression or newest) and len(rows) < limit:
         rows = _pg_ranked_rows(workspace_id, config, expression, expression, limit, statuses)
     return rows
 
 
 def _pg_ranked_rows(
-    workspace_id: int, config: str, match: str, rank: str, limit: int, statuses: Sequence[str] | None
+    workspace_id: int,
+    config: str,
+    match: str,
+    rank: str,
+    limit: int,
+    statuses: Sequence[str] | None,
+    *,
+    newest: int = 0,
 ) -> list[tuple[uuid.UUID, float]]:
+    """The ``limit`` rows matching ``match`` best ranked by ``rank`` (among the ``newest`` latest matches)."""
     vector = _pg_vector(config, "m.")
-    params: list[Any] = [rank, match, workspace_id]
+    params: list[Any] = [match, workspace_id]
     status_sql = ""
     if statuses:
         status_sql = " AND m.status IN (" + ",".join(["%s"] * len(statuses)) + ")"
         params.extend(statuses)
-    params.append(limit)
+    hits = f"SELECT m.id, {vector} AS v FROM memories_memory m WHERE {vector} @@ to_tsquery({config}, %s) "
+    hits += f"AND m.workspace_id = %s{status_sql}"
+    if newest:
+        hits += " ORDER BY m.created_at DESC, m.id LIMIT %s"
+        params.append(newest)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT m.id, ts_rank_cd({vector}, r, 32) AS score "
-            f"FROM memories_memory m, to_tsquery({config}, %s) r, to_tsquery({config}, %s) q "
-            f"WHERE m.workspace_id = %s AND {vector} @@ q{status_sql} ORDER BY score DESC, m.id LIMIT %s",
-            params,
+            f"SELECT h.id, ts_rank(h.v, r, 32) AS score FROM ({hits}) h, to_tsquery({config}, %s) r "
+            "ORDER BY score DESC, h.id LIMIT %s",
+            [*params, rank, limit],
         )
         rows = cursor.fetchall()
     return [(as_uuid(r[0]), float(r[1])) for r in rows]

@@ -17,8 +17,9 @@ from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memories import bulk
+from memories import bulk, services
 from memories.bulk import bulk_insert, new_instance, write_rows
+from memories.inputs import MemoryInput
 from memories.models import Edge, EdgeType, Memory, MemoryType, Status, Tier, Workspace
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
@@ -195,3 +196,20 @@ def test_a_large_write_in_table_order_changes_exactly_the_rows_it_names(
     scores = dict(Memory.objects.values_list("id", "score__retention_score"))
     assert [scores[m.id] for m in memories] == [0.125, 0.25, 1.0, 1.0, 0.5, 1.0]
     assert dict(Edge.objects.values_list("id", "co_retrieval_count")) == {a.pk: 3, b.pk: 7}
+
+
+def test_a_bulk_import_that_grows_the_memory_table_refreshes_its_planner_statistics(
+    workspace: Workspace, user: Any, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    """PostgreSQL: ANALYZE after commit once bulk inserts grew a table by a fifth (SQLite has no such step)."""
+    monkeypatch.setattr(bulk, "_grown", {})
+    items = [MemoryInput(content=f"imported turn {i} about kafka") for i in range(1200)]
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        services.memories_create(workspace=workspace, actor=user, items=items)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT reltuples FROM pg_class WHERE oid = 'memories_memory'::regclass")
+            assert cursor.fetchone()[0] >= 1200
+        assert len(callbacks) >= 2  # the memory and the scores table
+    else:
+        assert bulk._grown == {}

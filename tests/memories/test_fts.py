@@ -309,9 +309,32 @@ def test_when_the_rare_terms_fill_the_pool_the_best_hits_are_theirs(
         hits = selectors.lexical_search(workspace=workspace, query="deploy zeppelin", limit=2)
     assert len(hits) == 2 and {mid for mid, _ in hits} <= rare
     if connection.vendor == "postgresql":
-        ranked = [q["sql"] for q in queries.captured_queries if "ts_rank_cd" in q["sql"]]
+        ranked = [q["sql"] for q in queries.captured_queries if "ts_rank" in q["sql"]]
         # Ranked by the whole query, matched by the rare term alone, one query.
-        assert len(ranked) == 1 and "'deploy | zeppelin') r" in ranked[0] and "'zeppelin') q" in ranked[0]
+        assert len(ranked) == 1 and "'deploy | zeppelin') r" in ranked[0]
+        assert "@@ to_tsquery('english', 'zeppelin')" in ranked[0]
+
+
+def test_when_every_term_is_common_postgresql_ranks_the_newest_matches(
+    workspace: Workspace, make_memory: Callable[..., Memory], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from django.db import connection
+
+    monkeypatch.setattr(selectors, "_PG_RARE_BUDGET_MIN", 3)
+    monkeypatch.setattr(selectors, "_PG_RARE_BUDGET_PER_HIT", 1)
+    monkeypatch.setattr(selectors, "_PG_NEWEST_PER_BUDGET", 2)
+    fts_stats.forget()
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    # The oldest say the word three times (the best rank for every engine), the 6 newest once.
+    oldest = [make_memory("deploy deploy deploy it", created_at=start + timedelta(days=i)).id for i in range(4)]
+    newest = [make_memory(f"deploy step {i}", created_at=start + timedelta(days=10 + i)).id for i in range(6)]
+    hits = [mid for mid, _ in selectors.lexical_search(workspace=workspace, query="deploy", limit=2)]
+    if connection.vendor == "postgresql":
+        assert len(hits) == 2 and set(hits) <= set(newest)
+    else:
+        assert set(hits) <= set(oldest)
 
 
 def test_matches_of_only_common_terms_are_found_when_the_rare_ones_cannot_fill_the_pool(
