@@ -219,18 +219,14 @@ def bulk_insert(model: type[M], objs: Sequence[M], *, chunk: int = 2000, ignore_
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     placeholders = ", ".join(["%s"] * len(fields))
     sql = f"INSERT INTO {table} ({columns}) VALUES ({placeholders})"
-    if ignore_conflicts:
-        sql = (
-            sql.replace("INSERT", "INSERT OR IGNORE", 1)
-            if connection.vendor == "sqlite"
-            else sql + " ON CONFLICT DO NOTHING"
-        )
+    if ignore_conflicts:  # SQLite; PostgreSQL copies (see _copy_rows_skipping_conflicts)
+        sql = sql.replace("INSERT", "INSERT OR IGNORE", 1)
     index_fts = model is Memory and connection.vendor == "sqlite"
     if index_fts:
         for obj in objs:
             obj.search_indexed = True  # type: ignore[attr-defined]
-    copy = connection.vendor == "postgresql" and not ignore_conflicts
-    with connection.cursor() as cursor:
+    copy = connection.vendor == "postgresql"
+    with transaction.atomic(), connection.cursor() as cursor:
         for start in range(0, len(objs), chunk):
             batch = objs[start : start + chunk]
             rows = []
@@ -239,7 +235,9 @@ def bulk_insert(model: type[M], objs: Sequence[M], *, chunk: int = 2000, ignore_
                 for i, convert in special:
                     row[i] = convert(row[i])
                 rows.append(row)
-            if copy:
+            if copy and ignore_conflicts:
+                _copy_rows_skipping_conflicts(cursor, table, columns, rows)
+            elif copy:
                 _copy_rows(cursor, table, columns, rows)
             else:
                 cursor.executemany(sql, rows)
@@ -331,6 +329,20 @@ def _copy_rows(cursor: Any, table: str, columns: str, rows: Sequence[Sequence[An
     with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
         for row in rows:
             copy.write_row(row)
+
+
+def _copy_rows_skipping_conflicts(cursor: Any, table: str, columns: str, rows: Sequence[Sequence[Any]]) -> None:
+    """PostgreSQL: COPY into a temporary table shaped like ``table`` (dropped at commit), then one
+    INSERT ... SELECT ... ON CONFLICT DO NOTHING: the conflict handling of an INSERT at COPY's speed
+    (10k conversation edges one INSERT each spent most of an ingest waiting on the server)."""
+    staging = connection.ops.quote_name("bulk_" + table.strip('"'))
+    # Only the written columns, no constraints or defaults: the table's auto key stays the table's.
+    cursor.execute(
+        f"CREATE TEMPORARY TABLE IF NOT EXISTS {staging} ON COMMIT DROP AS SELECT {columns} FROM {table} WITH NO DATA"
+    )
+    _copy_rows(cursor, staging, columns, rows)
+    cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {staging} ON CONFLICT DO NOTHING")
+    cursor.execute(f"TRUNCATE {staging}")
 
 
 def _index_fts(cursor: Any, memories: Sequence[Memory]) -> None:
