@@ -38,7 +38,12 @@ from typing import Any
 
 from _setup import ROOT, BenchDatabase, add_database_argument, django_setup, percentile, sidecar_path
 
-DB_NAME = "surfacing.sqlite3"
+
+def data_stem(memories: int) -> str:
+    """The name of a generated workspace's database and sidecar: the 100k default keeps its old name."""
+    return "surfacing" if memories == 100_000 else f"surfacing-{memories}"
+
+
 TARGETS = {"fast:recency": (25.0, None), "deep:multi-hop": (80.0, 150.0)}
 
 
@@ -74,7 +79,7 @@ def _ensure_workspace(args: argparse.Namespace) -> dict[str, Any]:
     from memories.embeddings import embedder_for
     from memories.models import Edge, Memory, Workspace
 
-    sidecar = sidecar_path("surfacing", args.database)
+    sidecar = sidecar_path(data_stem(args.memories), args.database)
     workspace = Workspace.objects.filter(slug="bench").first()
     if (
         not args.fresh
@@ -391,7 +396,7 @@ def main() -> None:
     args = parser.parse_args()
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    db = django_setup(DB_NAME, fresh=args.fresh, database=args.database)
+    db = django_setup(f"{data_stem(args.memories)}.sqlite3", fresh=args.fresh, database=args.database)
     from graph.store import graph_store
     from memories.embeddings import embedder_for
     from memories.models import Memory, Workspace

@@ -52,19 +52,20 @@ def _plan(sql: str, params: Any) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--memories", type=int, default=100_000, help="which generated workspace (its size)")
     parser.add_argument("--plans", type=int, default=3, help="plans shown per strategy (slowest first)")
     parser.add_argument("--strategy", action="append", help="only these rows (default: every strategy)")
     add_database_argument(parser)
     args = parser.parse_args()
-    django_setup("surfacing.sqlite3", fresh=False, database=args.database)
+    from bench_surfacing import _queries, _strategy, data_stem
 
-    from bench_surfacing import _queries, _strategy
+    django_setup(f"{data_stem(args.memories)}.sqlite3", fresh=False, database=args.database)
 
     from memories.models import Memory, Workspace
     from memories.signalbus import signal_bus
     from surfacing.retrieval import get_working_context
 
-    sidecar = sidecar_path("surfacing", args.database)
+    sidecar = sidecar_path(data_stem(args.memories), args.database)
     workspace = Workspace.objects.filter(slug="bench").first()
     if workspace is None or not sidecar.exists():
         raise SystemExit(f"no bench workspace on {args.database}: run bench/bench_surfacing.py --database first")
