@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 
 .PHONY: run test install migrate demo serve lint typecheck importlint bench bench-ingest bench-surfacing \
-	bench-evolution bench-pages bench-vectors bench-embedders bench-graph bench-mcp bench-scale services-start services-stop clean
+	bench-evolution bench-pages bench-vectors bench-embedders bench-graph bench-mcp bench-scale bench-load services-start services-stop clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -78,6 +78,10 @@ bench-mcp: install
 # SQLite and PostgreSQL side by side (surfacing and ingestion); PostgreSQL as make test starts it.
 bench-scale: install
 	$(PY) bench/bench_scale.py
+
+# HTTP load on 1 and 2 server processes (BENCH_DATABASE=postgres for PostgreSQL + Redis).
+bench-load: install
+	$(PY) bench/bench_load.py
 
 bench-pages: install
 	$(PY) bench/bench_pages.py
