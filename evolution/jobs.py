@@ -26,9 +26,9 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Final, Protocol
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -74,8 +74,7 @@ def worker_name() -> str:
 
 
 SCHEDULE_SETTING: Final = "cycle_every_hours"
-# How often a worker looks for workspaces whose scheduled cycle is due.
-SCHEDULE_CHECK_SECONDS: Final = 60.0
+DREAM_SCHEDULE_SETTING: Final = "dream_every_hours"
 MAX_SCHEDULE_HOURS: Final = 24 * 365
 
 
@@ -86,48 +85,65 @@ def _schedule_hours(name: str, value: object) -> float:
 
 
 register_evolution_setting(SCHEDULE_SETTING, 0.0, _schedule_hours)
+register_evolution_setting(DREAM_SCHEDULE_SETTING, 0.0, _schedule_hours)
 
 
-def schedule_hours(workspace: Workspace) -> float:
-    """Hours between the workspace's scheduled applied cycles; 0 when it has no schedule."""
-    value = (workspace.evolution_settings or {}).get(SCHEDULE_SETTING)
+def schedule_hours(workspace: Workspace, key: str = SCHEDULE_SETTING) -> float:
+    """Hours between the workspace's scheduled applied cycles (or dreams, with DREAM_SCHEDULE_SETTING); 0
+    when it has no such schedule."""
+    value = (workspace.evolution_settings or {}).get(key)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else 0.0
+
+
+def cycle_due(workspace: Workspace, now: datetime, period: timedelta) -> bool:
+    """Whether the workspace's scheduled cycle is due at `now`: no scheduled run started within `period`
+    and no applied run open (a busy workspace is due again at the next look)."""
+    recent = EvolutionRun.objects.filter(workspace=workspace, scheduled=True, started_at__gt=now - period).exists()
+    return (
+        not recent
+        and not EvolutionRun.objects.filter(workspace=workspace, dry_run=False, status__in=OPEN_STATUSES).exists()
+    )
+
+
+def schedule_cycle(workspace: Workspace, now: datetime) -> EvolutionRun | None:
+    """Queue the workspace's scheduled applied cycle if it is due at `now`; returns the run queued.
+
+    Checked and queued under the workspace's lock, so several workers looking at once queue it once.
+    """
+    hours = schedule_hours(workspace)
+    if hours <= 0:
+        return None
+    with transaction.atomic():
+        Workspace.objects.select_for_update().filter(pk=workspace.pk).values_list("pk").first()
+        if not cycle_due(workspace, now, timedelta(hours=hours)):
+            return None
+        names = resolve_names(None)
+        run = EvolutionRun.objects.create(
+            workspace=workspace,
+            evolvers=names,
+            dry_run=False,
+            scheduled=True,
+            status=RunStatus.QUEUED,
+            started_at=now,
+            progress={"evolver": "", "index": 0, "done": 0, "total": len(names)},
+        )
+        _announce(run)
+    log.info("scheduled cycle of workspace %s queued as run %s (every %g h)", workspace.slug, run.pk, hours)
+    return run
 
 
 def schedule_due(now: datetime | None = None) -> list[EvolutionRun]:
     """Queue the applied cycle of every workspace whose schedule is due; returns the runs queued.
 
-    Due: ``cycle_every_hours`` > 0 and no scheduled run started within that many hours. Checked and
-    queued under the workspace's lock, so several workers looking at once queue it once; a workspace
-    with an applied run still open is skipped (its schedule is due again at the next look).
+    Due: ``cycle_every_hours`` > 0 and no scheduled run started within that many hours (`schedule_cycle`).
+    The scheduler (evolution.scheduler) does this per workspace under the job's lock.
     """
     now = now or timezone.now()
     queued: list[EvolutionRun] = []
     for workspace in Workspace.objects.filter(**{f"evolution_settings__{SCHEDULE_SETTING}__gt": 0}):
-        hours = schedule_hours(workspace)
-        if hours <= 0:
-            continue
-        with transaction.atomic():
-            Workspace.objects.select_for_update().filter(pk=workspace.pk).values_list("pk").first()
-            recent = EvolutionRun.objects.filter(
-                workspace=workspace, scheduled=True, started_at__gt=now - timedelta(hours=hours)
-            ).exists()
-            busy = EvolutionRun.objects.filter(workspace=workspace, dry_run=False, status__in=OPEN_STATUSES).exists()
-            if recent or busy:
-                continue
-            names = resolve_names(None)
-            run = EvolutionRun.objects.create(
-                workspace=workspace,
-                evolvers=names,
-                dry_run=False,
-                scheduled=True,
-                status=RunStatus.QUEUED,
-                started_at=now,
-                progress={"evolver": "", "index": 0, "done": 0, "total": len(names)},
-            )
-            _announce(run)
-        log.info("scheduled cycle of workspace %s queued as run %s (every %g h)", workspace.slug, run.pk, hours)
-        queued.append(run)
+        run = schedule_cycle(workspace, now)
+        if run is not None:
+            queued.append(run)
     return queued
 
 
@@ -263,21 +279,69 @@ def work(run: EvolutionRun) -> EvolutionRun:
         return run
 
 
-class ScheduleClock:
-    """Calls ``schedule_due`` at most every ``SCHEDULE_CHECK_SECONDS`` for one worker loop."""
+class Ticks(Protocol):
+    """What a worker loop asks of its scheduler (evolution.scheduler.Scheduler)."""
 
-    def __init__(self) -> None:
-        self._last = float("-inf")
+    def maybe_tick(self) -> object: ...
 
-    def tick(self) -> None:
-        now = time.monotonic()
-        if now - self._last < SCHEDULE_CHECK_SECONDS:
-            return
-        self._last = now
+
+def worker_loop(
+    *,
+    stop: threading.Event,
+    name: str,
+    poll: float = POLL_SECONDS,
+    idle: Callable[[float], object] | None = None,
+    scheduler: Ticks | None = None,
+    active: Callable[[], bool] | None = None,
+    now: Callable[[], datetime] = timezone.now,
+    on_done: Callable[[EvolutionRun, float], None] | None = None,
+) -> None:
+    """One worker's loop, until `stop` is set: let the scheduler tick (it works the due scheduled jobs at
+    most every SCHEDULER_CHECK_SECONDS), claim and work one queued run, or wait `poll` seconds (``idle``,
+    default ``stop.wait``) when there is none. ``active`` False skips a turn (the thread worker of a process
+    whose EVOLUTION_WORKER changed); ``on_done`` hears of every run worked and its seconds. An error is
+    logged and the loop goes on; each turn ends by closing this thread's database connections.
+
+    The loop of the embedded worker thread and of every ``run_workers`` thread.
+    """
+    wait = idle or stop.wait
+    while not stop.is_set():
         try:
-            schedule_due()
+            if active is not None and not active():
+                wait(poll)
+                continue
+            close_old_connections()
+            if scheduler is not None:
+                scheduler.maybe_tick()
+            run = claim(None, name, now())
+            if run is None:
+                wait(poll)
+                continue
+            started = time.monotonic()
+            done = work(run)
+            if on_done is not None:
+                on_done(done, time.monotonic() - started)
         except Exception:
-            log.exception("looking for scheduled cycles failed; trying again in %g s", SCHEDULE_CHECK_SECONDS)
+            log.exception("evolution worker %s failed outside a run's evolvers; it goes on", name)
+            wait(poll)
+        finally:
+            # The thread's own connection: nobody else closes it.
+            connections.close_all()
+
+
+def scheduler_enabled() -> bool:
+    """Whether worker loops run the scheduled jobs (SCHEDULER_ENABLED, on by default)."""
+    return bool(getattr(settings, "SCHEDULER_ENABLED", True))
+
+
+def new_scheduler(name: str) -> Ticks | None:
+    """The scheduler of a worker loop named `name` (None when SCHEDULER_ENABLED is off)."""
+    if not scheduler_enabled():
+        return None
+    # Imported here: the scheduler queues cycles through this module.
+    from evolution.scheduler import Scheduler
+
+    return Scheduler(worker=name)
 
 
 def work_available(worker: str, *, limit: int | None = None) -> int:
@@ -301,15 +365,15 @@ def _announce(run: EvolutionRun) -> None:
 
 
 class _ThreadWorker:
-    """The embedded default's worker: one daemon thread per process, started by the first queued run,
-    woken by each later one, and looking for runs queued elsewhere every ``POLL_SECONDS``."""
+    """The embedded default's worker: one daemon thread per process, started by the first queued run (or
+    by the web process, so that schedules run), woken by each later one, looking for runs queued elsewhere
+    every ``POLL_SECONDS`` and running the scheduled jobs (`worker_loop`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._schedule = ScheduleClock()
 
     def start(self) -> None:
         """Start the thread if it is not running (a web process starts it so that schedules run)."""
@@ -332,24 +396,20 @@ class _ThreadWorker:
                 self._thread.start()
         self._wake.set()
 
+    def _idle(self, seconds: float) -> None:
+        self._wake.wait(seconds)
+        self._wake.clear()
+
     def _run(self) -> None:
         name = worker_name()
-        while not self._stop.is_set():
-            self._wake.wait(POLL_SECONDS)
-            self._wake.clear()
-            if self._stop.is_set():
-                break
-            try:
-                if worker_mode() != "thread":
-                    continue  # switched off since it started (settings changed under a running process)
-                close_old_connections()
-                self._schedule.tick()
-                work_available(name)
-            except Exception:
-                log.exception("the evolution worker thread failed; it goes on")
-            finally:
-                # The thread's own connection: nobody else closes it.
-                connections.close_all()
+        worker_loop(
+            stop=self._stop,
+            name=name,
+            idle=self._idle,
+            scheduler=new_scheduler(name),
+            # Switched off since it started (settings changed under a running process).
+            active=lambda: worker_mode() == "thread",
+        )
 
 
 _thread_worker = _ThreadWorker()

@@ -122,6 +122,9 @@ class RedisJobLocks:
 
 
 def job_locks() -> JobLocks:
-    """Redis locks when REDIS_URL is set (workers on several machines share them), else database locks."""
+    """Redis locks when REDIS_URL is set (workers on several machines share them; keys under
+    SCHEDULER_LOCK_PREFIX, so two sites may share one Redis), else database locks."""
     url = str(getattr(settings, "REDIS_URL", "") or "")
-    return RedisJobLocks(url) if url else DatabaseJobLocks()
+    if not url:
+        return DatabaseJobLocks()
+    return RedisJobLocks(url, prefix=str(getattr(settings, "SCHEDULER_LOCK_PREFIX", "") or KEY_PREFIX))

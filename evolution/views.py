@@ -42,6 +42,7 @@ from evolution import (
     page_selectors,
     presenters,
     proposals,
+    scheduler,
     services,
 )
 from evolution.evolvers.base import REASONS
@@ -712,10 +713,15 @@ def _runs_page(
     form: RunStartForm,
     status: int = 200,
     schedule_error: str = "",
+    schedule: str = jobs.SCHEDULE_SETTING,
 ) -> HttpResponse:
     runs = page_selectors.run_history(workspace=access.workspace)
     hours = jobs.schedule_hours(access.workspace)
     last = page_selectors.last_scheduled_run(workspace=access.workspace) if hours else None
+    dream_hours = jobs.schedule_hours(access.workspace, jobs.DREAM_SCHEDULE_SETTING)
+    job_rows = scheduler.job_rows(workspace=access.workspace)
+    dream_last = job_rows.get("dream")
+    dream_last_at = dream_last.last_run_at if dream_last is not None else None
     context = {
         "access": access,
         "form": form,
@@ -723,7 +729,14 @@ def _runs_page(
         "schedule_hours": hours,
         "schedule_last": last,
         "schedule_next": (last.started_at + timedelta(hours=hours)) if last is not None else None,
-        "schedule_error": schedule_error,
+        "schedule_error": schedule_error if schedule != jobs.DREAM_SCHEDULE_SETTING else "",
+        "dream_hours": dream_hours,
+        "dream_last": dream_last_at,
+        "dream_next": dream_last_at + timedelta(hours=dream_hours) if dream_last_at and dream_hours else None,
+        "dream_error": schedule_error if schedule == jobs.DREAM_SCHEDULE_SETTING else "",
+        "background_jobs": [
+            (label, job_rows.get(name)) for name, label in scheduler.JOB_LABELS.items() if name in job_rows
+        ],
     }
     return render(request, RUNS, context, status=status)
 
@@ -732,21 +745,23 @@ def _runs_page(
 @require_POST
 @domain_errors
 def run_schedule(request: HttpRequest, ws: str) -> HttpResponse:
-    """Set the workspace's scheduled applied cycle (hours between runs; 0 turns it off), audited as a
-    settings change; a worker queues the cycle when it is due."""
+    """Set the workspace's scheduled applied cycle, or with ``schedule=dream`` its scheduled dream (hours
+    between them; 0 turns it off), audited as a settings change; a worker's scheduler works it when due."""
     access = _edit(request, ws)
+    key = jobs.DREAM_SCHEDULE_SETTING if request.POST.get("schedule") == "dream" else jobs.SCHEDULE_SETTING
     raw = request.POST.get("hours", "").strip()
     try:
         hours = float(raw)
     except ValueError:
-        return _runs_page(request, access, RunStartForm(), 400, f"hours: {raw!r} is not a number")
+        return _runs_page(request, access, RunStartForm(), 400, f"hours: {raw!r} is not a number", key)
     try:
-        surfacing_services.settings_update(
-            workspace=access.workspace, actor=request.user, evolution={jobs.SCHEDULE_SETTING: hours}
-        )
+        surfacing_services.settings_update(workspace=access.workspace, actor=request.user, evolution={key: hours})
     except InvalidInput as exc:
-        return _runs_page(request, access, RunStartForm(), 400, exc.detail)
-    messages.success(request, f"Applied cycle every {hours:g} h." if hours else "Scheduled cycle turned off.")
+        return _runs_page(request, access, RunStartForm(), 400, exc.detail, key)
+    if key == jobs.DREAM_SCHEDULE_SETTING:
+        messages.success(request, f"Dream every {hours:g} h." if hours else "Scheduled dream turned off.")
+    else:
+        messages.success(request, f"Applied cycle every {hours:g} h." if hours else "Scheduled cycle turned off.")
     return redirect(_url("runs", ws))
 
 

@@ -16,7 +16,8 @@ log = logging.getLogger(__name__)
 def start_background_workers() -> None:
     """Start the in-process boost flusher (with REDIS_URL the run_workers processes do this work) and,
     with EVOLUTION_WORKER=thread (the embedded default), the thread that works queued evolution runs and
-    queues the workspaces' scheduled cycles."""
+    runs the scheduled jobs (evolution.scheduler: retrieval statistics, decay sweep, scheduled cycles and
+    dreams)."""
     if settings.SIGNAL_BACKGROUND_FLUSH:
         _start_signal_flusher()
     if jobs.start_thread_worker():

@@ -184,6 +184,15 @@ SESSION_PIN_TTL_SECONDS = config.env_int("SESSION_PIN_TTL_SECONDS", 24 * 3600, m
 EVOLUTION_WORKER = config.env_str("EVOLUTION_WORKER", "thread")
 # A run whose worker has not said it is alive for this long is taken over by another worker.
 EVOLUTION_RUN_LEASE_SECONDS = config.env_int("EVOLUTION_RUN_LEASE_SECONDS", 120, minimum=1)
+# The scheduled jobs every worker loop runs (evolution.scheduler): how often a worker looks for due ones, how
+# long a job's lock holds without being prolonged (a worker killed mid-job leaves it to the next after that),
+# and the periods of the two jobs every workspace has (the cycle and the dream are per workspace settings).
+SCHEDULER_ENABLED = config.env_bool("SCHEDULER_ENABLED", True)
+SCHEDULER_CHECK_SECONDS = config.env_int("SCHEDULER_CHECK_SECONDS", 15, minimum=1)
+SCHEDULER_LOCK_SECONDS = config.env_int("SCHEDULER_LOCK_SECONDS", 120, minimum=1)
+SCHEDULER_LOCK_PREFIX = config.env_str("SCHEDULER_LOCK_PREFIX", "smartmemory:joblock")
+RETRIEVAL_STATS_SECONDS = config.env_int("RETRIEVAL_STATS_SECONDS", 300, minimum=1)
+DECAY_SWEEP_SECONDS = config.env_int("DECAY_SWEEP_SECONDS", 3600, minimum=1)
 
 # Django's cache holds the rate-limit counters (core.throttles): shared by every process through Redis, or
 # each process's own memory in the embedded default.

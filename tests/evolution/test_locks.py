@@ -21,7 +21,7 @@ REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6390/0")
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
 
 @pytest.fixture

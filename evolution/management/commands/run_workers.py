@@ -1,10 +1,13 @@
-"""The background worker: queued evolution runs and, when REDIS_URL is set, the Redis signal stream.
+"""The background worker: queued evolution runs, the scheduled jobs and, when REDIS_URL is set, the Redis
+signal stream.
 
 Run one or more of these next to the web processes (with EVOLUTION_WORKER=external on those, so that only
 workers work runs):
 
 - evolution runs (evolution.jobs): ``--threads`` threads claim queued runs, each run by exactly one
   worker; a run whose worker died is taken over once its lease ran out and resumes after what committed;
+- the scheduled jobs (evolution.scheduler: retrieval statistics, decay sweep, scheduled cycles and dreams),
+  on the first of those threads, each (workspace, job) worked once across all workers by its lock;
 - the signal stream (REDIS_URL set): every worker is a consumer of the ``flushers`` group, so they share
   the stream without applying an entry twice, and a survivor takes over what a killed worker had read but
   not acknowledged. Without Redis the web process flushes its own in-process bus.
@@ -23,9 +26,11 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import close_old_connections, connections
+from django.db import close_old_connections
 
 from evolution import jobs, runner
+from evolution.models import EvolutionRun
+from evolution.scheduler import Scheduler
 from memories.signalbus.redis import DEFAULT_GROUP, DEFAULT_STREAM, RedisSignalBus
 
 log = logging.getLogger(__name__)
@@ -36,8 +41,9 @@ HOUSEKEEPING_SECONDS = 3600.0
 
 class Command(BaseCommand):
     help = (
-        "Work queued evolution runs and, when REDIS_URL is set, apply the signals queued on the Redis stream "
-        "every --interval seconds, until SIGTERM/SIGINT (--once: what is there now, then exit)."
+        "Work queued evolution runs and the due scheduled jobs and, when REDIS_URL is set, apply the signals "
+        "queued on the Redis stream every --interval seconds, until SIGTERM/SIGINT (--once: what is there now, "
+        "then exit)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -85,7 +91,11 @@ class Command(BaseCommand):
                 while not stop.wait(1.0):
                     pass
             if once:
-                self.stdout.write(f"worked {jobs.work_available(jobs.worker_name())} evolution run(s)")
+                name = jobs.worker_name()
+                if jobs.scheduler_enabled():
+                    worked = Scheduler(worker=name).tick()
+                    self.stdout.write(f"worked {len(worked)} scheduled job(s)")
+                self.stdout.write(f"worked {jobs.work_available(name)} evolution run(s)")
         finally:
             stop.set()
             for worker in workers:
@@ -95,36 +105,31 @@ class Command(BaseCommand):
             runner.wait_for_checkpoints(timeout=60)
 
     def _start_run_workers(self, stop: threading.Event, threads: int, poll: float) -> list[threading.Thread]:
-        self.stdout.write(f"evolution runs: {threads} worker thread(s), looking for runs every {poll:g}s")
+        scheduled = " and the scheduled jobs" if jobs.scheduler_enabled() else ""
+        self.stdout.write(f"evolution runs{scheduled}: {threads} worker thread(s), looking for runs every {poll:g}s")
         workers = [
-            threading.Thread(target=self._work_runs, args=(stop, poll), name=f"run-worker-{i}", daemon=True)
+            # One scheduler per process is enough (the job locks keep each job to one worker anyway): the first
+            # thread's, so the others only ever wait for runs.
+            threading.Thread(target=self._work_runs, args=(stop, poll, i == 0), name=f"run-worker-{i}", daemon=True)
             for i in range(threads)
         ]
         for worker in workers:
             worker.start()
         return workers
 
-    def _work_runs(self, stop: threading.Event, poll: float) -> None:
+    def _work_runs(self, stop: threading.Event, poll: float, schedules: bool) -> None:
         name = jobs.worker_name()
-        schedule = jobs.ScheduleClock()
-        while not stop.is_set():
-            try:
-                close_old_connections()
-                schedule.tick()
-                run = jobs.claim(None, name)
-                if run is None:
-                    stop.wait(poll)
-                    continue
-                started = time.monotonic()
-                done = jobs.work(run)
-                self.stdout.write(
-                    f"run {done.id} ({done.workspace.slug}): {done.status} in {time.monotonic() - started:.1f} s"
-                )
-            except Exception:
-                log.exception("evolution worker %s: a run failed outside its evolvers; going on", name)
-                stop.wait(poll)
-            finally:
-                connections.close_all()
+
+        def report(run: EvolutionRun, seconds: float) -> None:
+            self.stdout.write(f"run {run.id} ({run.workspace.slug}): {run.status} in {seconds:.1f} s")
+
+        jobs.worker_loop(
+            stop=stop,
+            name=name,
+            poll=poll,
+            scheduler=jobs.new_scheduler(name) if schedules else None,
+            on_done=report,
+        )
 
     def _install_handlers(self, stop: threading.Event) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
