@@ -25,6 +25,7 @@ PPR >= 50x networkx; L1 <= 1e-4 on <= 10k nodes.
 from __future__ import annotations
 
 import argparse
+import gc
 import http.client
 import json
 import os
@@ -142,6 +143,11 @@ def _report(label: str, strategy: str, times: list[float], cpu: list[float] | No
         limits = f"p50 <= {target[0]:.0f}" + (f", p95 <= {target[1]:.0f}" if target[1] else "")
         verdict = f"  target {limits}: {'met' if ok else 'MISSED'}"
     return f"  {label:<10} {strategy:<29} p50 {p50:7.1f} ms  p95 {p95:7.1f} ms  (n={len(times)}){cpu_note}{verdict}"
+
+
+def _resident_bytes() -> int:
+    """This process's resident set size (Linux /proc)."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _figures(times: list[float], cpu: list[float] | None = None) -> dict[str, float]:
@@ -413,11 +419,17 @@ def main() -> None:
     queries = _queries(meta["topics"], meta["vocabulary"], entities, args.runs)
 
     print(f"database {db.label}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    gc.collect()
+    resident = _resident_bytes()
     started, cpu = time.perf_counter(), time.process_time()
     snapshot = graph_store().neighbourhood(workspace, [], hops=2, max_nodes=0)
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    gc.collect()
+    grown = (_resident_bytes() - resident) / 2**20
+    per_million = grown / max(snapshot.csr.n_edges / 1e6, 1e-9)
     print(
         f"graph snapshot: {snapshot.csr.n_nodes:,} nodes, {snapshot.csr.n_edges:,} edges built in "
-        f"{time.perf_counter() - started:.2f} s wall, {time.process_time() - cpu:.2f} s CPU"
+        f"{seconds:.2f} s wall, {cpu:.2f} s CPU; the process grew {grown:.0f} MiB ({per_million:.0f} MiB per 1M edges)"
     )
 
     started = time.perf_counter()
