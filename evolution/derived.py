@@ -14,6 +14,7 @@ from typing import Any
 
 from graph.writes import graph_mirror, graph_touch
 from history import audit
+from memories.algorithms.embedding import Embedder, FloatMatrix
 from memories.algorithms.sortkey import activation_sort_key
 from memories.embedding_service import memories_embed
 from memories.inputs import MAX_TAGS, origin_tier
@@ -65,13 +66,15 @@ def insert_derived(
     memories: Sequence[Memory],
     edges: Sequence[tuple[uuid.UUID | str, uuid.UUID | str, str]],
     now: datetime,
+    vectors: tuple[Embedder, FloatMatrix] | None = None,
 ) -> list[int]:
     """Embed and insert `memories`, then insert `edges` (source, target, type); returns the edge ids in order.
 
-    Embeddings are computed in one batch; the graph generation is bumped once when edges were added.
+    Embeddings are computed in one batch (or given: `memories_vectors` of the memories, computed before the
+    caller's transaction); the graph generation is bumped once when edges were added.
     """
     if memories:
-        memories_embed(workspace=workspace, memories=memories)
+        memories_embed(workspace=workspace, memories=memories, vectors=vectors)
         Memory.objects.bulk_create(list(memories), batch_size=500)
     if not edges:
         return []

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -30,6 +31,7 @@ from django.utils import timezone
 from core.errors import Conflict, InvalidInput, NotFound
 from evolution.derived import created_after, derived_memory, insert_derived
 from evolution.models import Proposal, ProposalKind, ProposalStatus
+from evolution.writes import Applied, submit
 from history import audit
 from history.models import Action, EvolutionRecord
 from memories import live
@@ -159,6 +161,10 @@ def proposals_create(*, workspace: Workspace, drafts: Sequence[ProposalDraft], n
     return Proposal.objects.bulk_create(rows, batch_size=500)
 
 
+# Proposals per write unit of `proposals_recorded` (each holds its payload twice: in the row and the record).
+PROPOSALS_PER_UNIT = 100
+
+
 def proposals_recorded(
     *,
     workspace: Workspace,
@@ -170,19 +176,33 @@ def proposals_recorded(
     """What an evolver that proposes rather than applies returns: the drafts' proposals are created
     (nothing on a dry run) and `record_for(draft, after)` builds one record per proposal created, with
     after = {"payload", "proposal_id"}; a dry run records every draft (no proposal_id). Drafts skipped
-    as duplicates get no record, so re-running an evolver records nothing new."""
-    created = (
-        {} if dry_run else {p.dedupe_key: p.pk for p in proposals_create(workspace=workspace, drafts=drafts, now=now)}
-    )
+    as duplicates get no record, so re-running an evolver records nothing new.
+
+    The proposals are written in units of PROPOSALS_PER_UNIT (evolution.writes.submit): inside a cycle the
+    records returned are the planned ones, and each unit saves the records of the proposals it created.
+    """
     records: list[EvolutionRecord] = []
-    for draft in drafts:
-        after: dict[str, Any] = {"payload": draft.payload}
-        if not dry_run:
-            if draft.dedupe_key not in created:
-                continue
-            after["proposal_id"] = created[draft.dedupe_key]
-        records.append(record_for(draft, after))
+    for start in range(0, len(drafts), PROPOSALS_PER_UNIT):
+        part = list(drafts[start : start + PROPOSALS_PER_UNIT])
+        planned = [record_for(draft, {"payload": draft.payload}) for draft in part]
+        apply = None if dry_run else partial(_proposals_unit, workspace, part, now, record_for)
+        records.extend(submit(planned, apply))
     return records
+
+
+def _proposals_unit(
+    workspace: Workspace,
+    drafts: Sequence[ProposalDraft],
+    now: datetime,
+    record_for: Callable[[ProposalDraft, dict[str, Any]], EvolutionRecord],
+) -> Applied:
+    created = {p.dedupe_key: p.pk for p in proposals_create(workspace=workspace, drafts=drafts, now=now)}
+    records = [
+        record_for(draft, {"payload": draft.payload, "proposal_id": created[draft.dedupe_key]})
+        for draft in drafts
+        if draft.dedupe_key in created
+    ]
+    return records, 0
 
 
 def _locked(workspace: Workspace, proposal_id: object) -> Proposal:

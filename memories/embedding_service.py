@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from core.errors import InvalidInput
-from memories.algorithms.embedding import Embedder, EmbedderUnavailable, to_bytes
+from memories.algorithms.embedding import Embedder, EmbedderUnavailable, FloatMatrix, to_bytes
 from memories.bulk import db_datetime, uuid_hex
 from memories.embeddings import default_embedder, embedder_for, embedder_for_spec
 from memories.models import CompressionTier, Memory, Workspace
@@ -90,22 +90,30 @@ def embedding_text(memory: Memory) -> str:
     return memory.content
 
 
-def memories_embed(*, workspace: Workspace, memories: Sequence[Memory]) -> None:
+def memories_vectors(*, workspace: Workspace, memories: Sequence[Memory]) -> tuple[Embedder, FloatMatrix]:
+    """The embedder of the workspace and the vectors `memories_embed` would store for `memories`, computed
+    without writing anything (a caller may compute them before its write transaction opens)."""
+    embedder = embedder_for(workspace)
+    return embedder, embedder.embed([embedding_text(m) for m in memories])
+
+
+def memories_embed(
+    *, workspace: Workspace, memories: Sequence[Memory], vectors: tuple[Embedder, FloatMatrix] | None = None
+) -> None:
     """Set embedding, embedding_model and embedded_at of `memories` (not saved) with the workspace's embedder.
 
     Computed before the workspace is touched, so the lock of the touch is held for the insert only; in the
     rare case the workspace moved to another embedder meanwhile, they are computed again with that one.
+    `vectors` (from `memories_vectors`) are used instead of computing them here.
     """
     if not memories:
         return
-    texts = [embedding_text(m) for m in memories]
-    embedder = embedder_for(workspace)
-    vectors = embedder.embed(texts)
+    embedder, computed = vectors if vectors is not None else memories_vectors(workspace=workspace, memories=memories)
     stamp, _ = vectors_touch(workspace=workspace)
     current = embedder_for(workspace)
     if current.name != embedder.name:
-        embedder, vectors = current, current.embed(texts)
-    for memory, vector in zip(memories, vectors, strict=True):
+        embedder, computed = current, current.embed([embedding_text(m) for m in memories])
+    for memory, vector in zip(memories, computed, strict=True):
         memory.embedding = to_bytes(vector)
         memory.embedding_model = embedder.name
         memory.embedded_at = stamp

@@ -13,6 +13,11 @@ Toolkit: `MemoryUpdates` collects field changes of many memories under one actio
 writes them with one prepared UPDATE per field set (`memories.bulk.write_rows`, which converts values to
 what a model save stores), and `update_records` turns them into records of at most `RECORD_CHUNK` memories
 each, holding the exact before/after values revert needs.
+
+Bounded writes: `apply_updates` and `submit_updates` hand each record and the writes of exactly its
+memories to `evolution.writes.submit`, so an evolver that writes only through them (and `submit`) can
+declare `writes_in_chunks = True` and have the runner commit its writes in short transactions while it
+holds no lock itself (see evolution.writes and evolution.runner).
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from itertools import repeat
 from operator import itemgetter
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from core.errors import InvalidInput
 from evolution.models import EvolutionRun
+from evolution.writes import REASONS as REASONS
+from evolution.writes import Applied, drop_memories, stale_memories, submit
 from history import audit
 from history.models import EvolutionRecord, RecordLink
 from memories.bulk import insert_rows, uuid_hex, write_rows
@@ -40,8 +48,6 @@ RECORD_CHUNK = 500
 _CANONICAL_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 # Any number of them, each followed by a newline.
 _CANONICAL_UUIDS = re.compile(rf"(?:{_CANONICAL_UUID.pattern}\n)*")
-# Key of `after` holding one audit sentence per memory of a chunked record.
-REASONS = "reasons"
 
 
 @dataclass
@@ -245,9 +251,15 @@ def update_records(
     run: EvolutionRun | None,
     dry_run: bool,
     now: datetime,
-    chunk: int = RECORD_CHUNK,
+    chunk: int | None = None,
+    own_reasons: bool = False,
 ) -> list[EvolutionRecord]:
-    """One record per `chunk` memories: before/after {memory_id: {field: value}} and one reason each."""
+    """One record per `chunk` memories (default RECORD_CHUNK): before/after {memory_id: {field: value}} and
+    one reason each.
+
+    own_reasons (with chunk=1): a record's reason is its memory's own sentence instead of the batch summary.
+    """
+    chunk = chunk or RECORD_CHUNK
     records: list[EvolutionRecord] = []
     spans = _chunks(len(updates), chunk)
     native = _JSON_NATIVE
@@ -267,12 +279,13 @@ def update_records(
             after[key] = new_values
         after[REASONS] = dict(zip(ids, updates.reasons[start:stop], strict=True))
         part = f", part {k + 1}/{len(spans)}" if len(spans) > 1 else ""
+        own = own_reasons and len(ids) == 1
         records.append(
             audit.record_build(
                 workspace=workspace,
                 evolver=updates.evolver,
                 action=updates.action,
-                reason=f"{updates.summary} ({len(ids)} memories{part})",
+                reason=updates.reasons[start] if own else f"{updates.summary} ({len(ids)} memories{part})",
                 input_ids=ids,
                 output_ids=ids,
                 before=before,
@@ -293,10 +306,63 @@ def apply_updates(
     dry_run: bool,
     now: datetime,
 ) -> list[EvolutionRecord]:
-    """Write `updates` unless dry_run, and return their records (in the order of `updates`)."""
-    if not dry_run:
-        write_memory_updates(updates)
+    """Write `updates` unless dry_run (one unit per record, see `submit_updates`), and return their records
+    (in the order of `updates`)."""
     records: list[EvolutionRecord] = []
     for batch in updates:
-        records.extend(update_records(batch, workspace=workspace, run=run, dry_run=dry_run, now=now))
+        records.extend(submit_updates(batch, workspace=workspace, run=run, dry_run=dry_run, now=now))
     return records
+
+
+def _apply_span(updates: MemoryUpdates, start: int, stop: int, record: EvolutionRecord) -> Applied:
+    """Write the memories of one record of `updates` that still hold their planned old values."""
+    part = _span(updates, start, stop)
+    stale = stale_memories(part.ids, part.changes)
+    if stale:
+        kept = [k for k, memory_id in enumerate(part.ids) if memory_id not in stale]
+        part = MemoryUpdates(
+            part.evolver,
+            part.action,
+            part.summary,
+            [part.ids[k] for k in kept],
+            [part.changes[k] for k in kept],
+            [part.reasons[k] for k in kept],
+        )
+        drop_memories(record, stale)
+    write_memory_updates([part])
+    return ([record] if part.ids else []), len(stale)
+
+
+def _span(updates: MemoryUpdates, start: int, stop: int) -> MemoryUpdates:
+    if start == 0 and stop == len(updates):
+        return updates
+    return MemoryUpdates(
+        updates.evolver,
+        updates.action,
+        updates.summary,
+        updates.ids[start:stop],
+        updates.changes[start:stop],
+        updates.reasons[start:stop],
+    )
+
+
+def submit_updates(
+    updates: MemoryUpdates,
+    *,
+    workspace: Workspace,
+    run: EvolutionRun | None,
+    dry_run: bool,
+    now: datetime,
+    chunk: int | None = None,
+    own_reasons: bool = False,
+) -> list[EvolutionRecord]:
+    """`update_records` of `updates`, each record a unit with the writes of exactly its memories (none on a
+    dry run); returns the records (see `submit`)."""
+    chunk = chunk or RECORD_CHUNK
+    records = update_records(
+        updates, workspace=workspace, run=run, dry_run=dry_run, now=now, chunk=chunk, own_reasons=own_reasons
+    )
+    out: list[EvolutionRecord] = []
+    for record, (start, stop) in zip(records, _chunks(len(updates), chunk), strict=True):
+        out.extend(submit([record], None if dry_run else partial(_apply_span, updates, start, stop, record)))
+    return out

@@ -33,7 +33,7 @@ from evolution.algorithms.compression import (
     tombstone_text,
 )
 from evolution.algorithms.text import join_phrases
-from evolution.evolvers.base import EvolutionResult, MemoryUpdates, register, update_records, write_memory_updates
+from evolution.evolvers.base import EvolutionResult, MemoryUpdates, register, submit_updates
 from evolution.llm import LLMClient, default_client
 from evolution.models import EvolutionRun
 from history.models import Action
@@ -74,6 +74,7 @@ class CompressionLadder:
     """Move cold memories down the ladder with a snapshot of every replaced content (see module doc)."""
 
     name: ClassVar[str] = "CompressionLadder"
+    writes_in_chunks: ClassVar[bool] = True
 
     def __init__(self, client: LLMClient | None = None) -> None:
         self.client = client
@@ -121,9 +122,7 @@ class CompressionLadder:
                 plan.reason(j),
             )
             counts[new_tier.name] += 1
-        if not dry_run:
-            write_memory_updates([updates])
-        result.records = update_records(
+        result.records = submit_updates(
             updates, workspace=workspace, run=run, dry_run=dry_run, now=now, chunk=COMPRESSION_RECORD_CHUNK
         )
         result.stats.update({f"to_{name.lower()}": c for name, c in counts.items() if c})

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -47,8 +48,11 @@ from evolution.evolvers.base import (
 )
 from evolution.evolvers.typed import number_setting, types_setting
 from evolution.models import EvolutionRun
+from evolution.writes import Applied, stale_memories, submit
 from history import audit
 from history.models import Action, EvolutionRecord
+from memories.algorithms.embedding import Embedder, FloatMatrix
+from memories.embedding_service import memories_vectors
 from memories.inputs import MAX_CONTENT_CHARS
 from memories.models import EdgeType, Memory, MemoryType, Status, Workspace
 
@@ -89,50 +93,96 @@ def derive(
     """Insert the new memories and edges and apply the source changes (unless dry_run); return records.
 
     A record covers `per_record` derivations: the created memories and edges (removed by a revert) and
-    the sources' before/after (restored by a revert).
+    the sources' before/after (restored by a revert). Each record is a write unit (evolution.writes): its
+    memories, edges and source changes commit with it, and a derivation whose sources changed since they
+    were read is left out (made again by a later run). Embeddings are computed here, before any unit.
     """
-    edges = [(d.memory.id, s, d.edge_type) for d in derivations for s in d.linked]
-    edge_ids: list[int] = []
-    if not dry_run:
-        edge_ids = insert_derived(workspace=workspace, memories=[d.memory for d in derivations], edges=edges, now=now)
-        write_memory_updates([source_updates])
     changes = dict(zip(source_updates.ids, source_updates.changes, strict=True))
+    plan = _DerivePlan(evolver, action, changes, workspace=workspace, run=run, dry_run=dry_run, now=now)
+    vectors = (
+        None
+        if dry_run or not derivations
+        else memories_vectors(workspace=workspace, memories=[d.memory for d in derivations])
+    )
     records: list[EvolutionRecord] = []
-    edge_at = 0
     for start in range(0, len(derivations), per_record):
-        chunk = derivations[start : start + per_record]
-        n_edges = sum(len(d.linked) for d in chunk)
-        chunk_edges = edge_ids[edge_at : edge_at + n_edges]
-        edge_at += n_edges
+        chunk = list(derivations[start : start + per_record])
+        planned = [plan.record(chunk, [])]
+        if vectors is None:
+            records.extend(submit(planned))
+        else:
+            embedder, matrix = vectors
+            records.extend(submit(planned, partial(plan.apply, chunk, (embedder, matrix[start : start + len(chunk)]))))
+    return records
+
+
+@dataclass
+class _DerivePlan:
+    """What every write unit of one `derive` call shares: the source changes and the record's context."""
+
+    evolver: str
+    action: str
+    changes: dict[str, dict[str, tuple[Any, Any]]]
+    workspace: Workspace
+    run: EvolutionRun | None
+    dry_run: bool
+    now: datetime
+
+    def sources(self, chunk: Sequence[Derivation]) -> list[str]:
+        """The changed sources of `chunk`, each once, in order."""
+        return list(dict.fromkeys(mid for d in chunk for mid in d.sources if mid in self.changes))
+
+    def apply(self, chunk: Sequence[Derivation], vectors: tuple[Embedder, FloatMatrix]) -> Applied:
+        ids = self.sources(chunk)
+        stale = stale_memories(ids, [self.changes[mid] for mid in ids])
+        kept = [k for k, d in enumerate(chunk) if not stale.intersection(d.sources)]
+        if not kept:
+            return [], len(stale)
+        derivations = [chunk[k] for k in kept]
+        embedder, matrix = vectors
+        edges = [(d.memory.id, s, d.edge_type) for d in derivations for s in d.linked]
+        edge_ids = insert_derived(
+            workspace=self.workspace,
+            memories=[d.memory for d in derivations],
+            edges=edges,
+            now=self.now,
+            vectors=(embedder, matrix[kept]),
+        )
+        updates = MemoryUpdates(self.evolver, self.action, "")
+        for mid in self.sources(derivations):
+            updates.ids.append(mid)
+            updates.changes.append(self.changes[mid])
+            updates.reasons.append("")
+        write_memory_updates([updates])
+        return [self.record(derivations, edge_ids)], len(stale)
+
+    def record(self, chunk: Sequence[Derivation], edge_ids: Sequence[int]) -> EvolutionRecord:
         before: dict[str, Any] = {}
         after: dict[str, Any] = {}
         for d in chunk:
             for mid in d.sources:
-                if mid in changes:
-                    before[str(mid)] = {n: audit.encode_value(n, old) for n, (old, _) in changes[mid].items()}
-                    after[str(mid)] = {n: audit.encode_value(n, new) for n, (_, new) in changes[mid].items()}
-        created_after(after, [d.memory for d in chunk], chunk_edges, dry_run=dry_run)
+                if mid in self.changes:
+                    before[str(mid)] = {n: audit.encode_value(n, old) for n, (old, _) in self.changes[mid].items()}
+                    after[str(mid)] = {n: audit.encode_value(n, new) for n, (_, new) in self.changes[mid].items()}
+        created_after(after, [d.memory for d in chunk], edge_ids, dry_run=self.dry_run)
         if len(chunk) == 1:
             reason = chunk[0].reason
         else:
-            reason = f"{evolver}: {len(chunk)} memories derived"
+            reason = f"{self.evolver}: {len(chunk)} memories derived"
             after[REASONS] = {str(d.memory.id): d.reason for d in chunk}
-        records.append(
-            audit.record_build(
-                workspace=workspace,
-                evolver=evolver,
-                action=action,
-                reason=reason,
-                input_ids=[mid for d in chunk for mid in d.sources],
-                output_ids=[d.memory.id for d in chunk],
-                before=before,
-                after=after,
-                run=run,
-                dry_run=dry_run,
-                now=now,
-            )
+        return audit.record_build(
+            workspace=self.workspace,
+            evolver=self.evolver,
+            action=self.action,
+            reason=reason,
+            input_ids=[mid for d in chunk for mid in d.sources],
+            output_ids=[d.memory.id for d in chunk],
+            before=before,
+            after=after,
+            run=self.run,
+            dry_run=self.dry_run,
+            now=self.now,
         )
-    return records
 
 
 def bounded_content(lines: Sequence[str], *, head: str = "") -> str:
@@ -160,6 +210,7 @@ class EpisodicToSemantic:
     min_age_days 3)."""
 
     name: ClassVar[str] = "EpisodicToSemantic"
+    writes_in_chunks: ClassVar[bool] = True
 
     def evolve(
         self, workspace: Workspace, *, dry_run: bool, run: EvolutionRun | None, now: datetime
@@ -231,6 +282,7 @@ class EpisodicToZettel:
     utc_offset_hours 0)."""
 
     name: ClassVar[str] = "EpisodicToZettel"
+    writes_in_chunks: ClassVar[bool] = True
 
     def evolve(
         self, workspace: Workspace, *, dry_run: bool, run: EvolutionRun | None, now: datetime
@@ -292,6 +344,7 @@ class WorkingToProcedural:
     memory holding the most central item's content (settings min_items 5, min_jaccard 0.8)."""
 
     name: ClassVar[str] = "WorkingToProcedural"
+    writes_in_chunks: ClassVar[bool] = True
 
     def evolve(
         self, workspace: Workspace, *, dry_run: bool, run: EvolutionRun | None, now: datetime
@@ -371,6 +424,7 @@ class OpinionSynthesis:
     """
 
     name: ClassVar[str] = "OpinionSynthesis"
+    writes_in_chunks: ClassVar[bool] = True
 
     def evolve(
         self, workspace: Workspace, *, dry_run: bool, run: EvolutionRun | None, now: datetime
@@ -450,6 +504,7 @@ class ObservationSynthesis:
     min_facts 2). The observation made earlier for a subject is updated when its facts change."""
 
     name: ClassVar[str] = "ObservationSynthesis"
+    writes_in_chunks: ClassVar[bool] = True
 
     def evolve(
         self, workspace: Workspace, *, dry_run: bool, run: EvolutionRun | None, now: datetime

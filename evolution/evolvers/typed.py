@@ -25,14 +25,7 @@ import numpy as np
 from core.errors import InvalidInput, NotFound
 from evolution import typed_selectors
 from evolution.algorithms.typed import DriftFlag, drift_flags, goal_matches, summary_groups
-from evolution.evolvers.base import (
-    EvolutionResult,
-    MemoryUpdates,
-    apply_updates,
-    register,
-    update_records,
-    write_memory_updates,
-)
+from evolution.evolvers.base import EvolutionResult, MemoryUpdates, apply_updates, register, submit_updates
 from evolution.llm import LLMClient, default_client
 from evolution.models import EvolutionRun, ProposalKind
 from evolution.proposals import ProposalDraft, proposals_recorded
@@ -83,6 +76,7 @@ class ContradictionSurfacer:
     """
 
     name: ClassVar[str] = "ContradictionSurfacer"
+    writes_in_chunks: ClassVar[bool] = True
 
     def evolve(
         self, workspace: Workspace, *, dry_run: bool, run: EvolutionRun | None, now: datetime
@@ -132,6 +126,7 @@ class PreferenceDriftDetector:
     """
 
     name: ClassVar[str] = "PreferenceDriftDetector"
+    writes_in_chunks: ClassVar[bool] = True
 
     def evolve(
         self, workspace: Workspace, *, dry_run: bool, run: EvolutionRun | None, now: datetime
@@ -176,6 +171,7 @@ class GoalResolver:
     """
 
     name: ClassVar[str] = "GoalResolver"
+    writes_in_chunks: ClassVar[bool] = True
 
     def evolve(
         self, workspace: Workspace, *, dry_run: bool, run: EvolutionRun | None, now: datetime
@@ -211,13 +207,10 @@ class GoalResolver:
                 {"status": (Status.ACTIVE.value, Status.RESOLVED.value), "metadata": (metadata, new_meta)},
                 f"goal resolved: {matches.reason(k, evidence_ids)}",
             )
-        if not dry_run:
-            write_memory_updates([updates])
-        records = update_records(updates, workspace=workspace, run=run, dry_run=dry_run, now=now, chunk=1)
-        # A one-goal record reads better with its own sentence than with the batch summary.
-        for record, reason in zip(records, updates.reasons, strict=True):
-            record.reason = reason
-        result.records = records
+        # One record per goal, read better with its own sentence than with the batch summary.
+        result.records = submit_updates(
+            updates, workspace=workspace, run=run, dry_run=dry_run, now=now, chunk=1, own_reasons=True
+        )
         result.stats["resolved"] = len(updates)
         return result
 
@@ -273,6 +266,7 @@ class SummaryEvolver:
     """
 
     name: ClassVar[str] = "SummaryEvolver"
+    writes_in_chunks: ClassVar[bool] = True
 
     def __init__(self, client: LLMClient | None = None) -> None:
         self.client = client

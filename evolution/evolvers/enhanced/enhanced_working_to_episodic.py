@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -24,13 +26,15 @@ from evolution.algorithms.consolidation import (
     episode_summary,
 )
 from evolution.algorithms.text import word_set
-from evolution.evolvers.base import EvolutionResult, MemoryUpdates, register, write_memory_updates
+from evolution.evolvers.base import RECORD_CHUNK, EvolutionResult, MemoryUpdates, register, write_memory_updates
 from evolution.models import EvolutionRun
+from evolution.writes import Applied, stale_memories, submit
 from graph.writes import graph_mirror, graph_touch
 from history import audit
 from history.models import Action, EvolutionRecord
+from memories.algorithms.embedding import Embedder, FloatMatrix
 from memories.algorithms.sortkey import activation_sort_key
-from memories.embedding_service import memories_embed
+from memories.embedding_service import memories_embed, memories_vectors
 from memories.inputs import MAX_CONTENT_CHARS, MAX_TAGS, origin_tier
 from memories.models import Edge, EdgeType, Memory, MemoryType, Status, Workspace
 
@@ -119,6 +123,7 @@ class EnhancedWorkingToEpisodic:
     """
 
     name: ClassVar[str] = "EnhancedWorkingToEpisodic"
+    writes_in_chunks: ClassVar[bool] = True
 
     def evolve(
         self, workspace: Workspace, *, dry_run: bool, run: EvolutionRun | None, now: datetime
@@ -180,35 +185,25 @@ class EnhancedWorkingToEpisodic:
                     "",
                 )
             plans.append((cluster, episode))
-        edge_ids: dict[tuple[uuid.UUID, str], int] = {}
-        if not dry_run:
-            if episodes:
-                memories_embed(workspace=workspace, memories=episodes)
-                Memory.objects.bulk_create(episodes, batch_size=500)
-                graph_touch(workspace=workspace)  # before the insert: see graph.writes.graph_touch
-                created = Edge.objects.bulk_create(
-                    [
-                        Edge(
-                            workspace=workspace,
-                            source_id=src,
-                            target_id=dst,
-                            edge_type=EdgeType.DERIVED_FROM,
-                            created_at=now,
-                        )
-                        for src, dst in edges
-                    ],
-                    batch_size=1000,
-                )
-                graph_mirror(
-                    workspace=workspace, added=((e.source_id, e.target_id, e.edge_type, e.weight) for e in created)
-                )
-                edge_ids = {pair: e.pk for pair, e in zip(edges, created, strict=True)}
-            write_memory_updates([source_updates])
         changes = dict(zip(source_updates.ids, source_updates.changes, strict=True))
-        for cluster, episode in plans:
-            result.records.append(
-                self._record(workspace, run, dry_run, now, rows, cluster, episode, changes, edge_ids, threshold)
-            )
+        vectors = None if dry_run or not episodes else memories_vectors(workspace=workspace, memories=episodes)
+        row_of = {episode.id: k for k, episode in enumerate(episodes)}
+        unit: list[tuple[list[int], Memory | None]] = []
+        size = 0
+        for k, (cluster, episode) in enumerate(plans):
+            unit.append((cluster, episode))
+            size += len(cluster)
+            if size < RECORD_CHUNK and k + 1 < len(plans):
+                continue
+            context = _Unit(self, workspace, run, dry_run, now, rows, changes, threshold)
+            planned = [context.record(cluster, episode, None) for cluster, episode in unit]
+            if dry_run:
+                result.records.extend(submit(planned))
+            else:
+                at = [row_of[episode.id] for _, episode in unit if episode is not None]
+                unit_vectors = None if vectors is None or not at else (vectors[0], vectors[1][at])
+                result.records.extend(submit(planned, partial(context.apply, unit, unit_vectors)))
+            unit, size = [], 0
         result.stats.update(episodes=len(episodes), archived=len(source_updates))
         return result
 
@@ -222,9 +217,10 @@ class EnhancedWorkingToEpisodic:
         cluster: list[int],
         episode: Memory | None,
         changes: dict[str, dict[str, tuple[Any, Any]]],
-        edge_ids: dict[tuple[uuid.UUID, str], int],
+        edge_ids: dict[tuple[uuid.UUID, str], int] | None,
         threshold: int,
     ) -> EvolutionRecord:
+        """The record of one cluster; edge_ids None while planning (the edges get their ids when inserted)."""
         sources = [rows[k][0] for k in cluster]
         before: dict[str, Any] = {}
         after: dict[str, Any] = {}
@@ -246,7 +242,7 @@ class EnhancedWorkingToEpisodic:
             action = Action.PROMOTE
             after[audit.CREATED_MEMORIES] = [str(episode.id)]
             after["episodes"] = {str(episode.id): episode.content}
-            if not dry_run:
+            if not dry_run and edge_ids is not None:
                 after[audit.CREATED_EDGES] = [edge_ids[(episode.id, mid)] for mid in sources]
         return audit.record_build(
             workspace=workspace,
@@ -261,3 +257,87 @@ class EnhancedWorkingToEpisodic:
             dry_run=dry_run,
             now=now,
         )
+
+
+@dataclass
+class _Unit:
+    """One write unit of EnhancedWorkingToEpisodic: clusters of at least RECORD_CHUNK sources together (the
+    last one smaller), whose episodes, edges and archived sources commit with their records."""
+
+    evolver: EnhancedWorkingToEpisodic
+    workspace: Workspace
+    run: EvolutionRun | None
+    dry_run: bool
+    now: datetime
+    rows: Sequence[tuple[Any, ...]]
+    changes: dict[str, dict[str, tuple[Any, Any]]]
+    threshold: int
+
+    def record(
+        self, cluster: list[int], episode: Memory | None, edge_ids: dict[tuple[uuid.UUID, str], int] | None
+    ) -> EvolutionRecord:
+        return self.evolver._record(
+            self.workspace,
+            self.run,
+            self.dry_run,
+            self.now,
+            self.rows,
+            cluster,
+            episode,
+            self.changes,
+            edge_ids,
+            self.threshold,
+        )
+
+    def apply(
+        self, plans: Sequence[tuple[list[int], Memory | None]], vectors: tuple[Embedder, FloatMatrix] | None
+    ) -> Applied:
+        """Write the clusters none of whose sources changed since they were read (the others stay in the
+        buffer for the next run) and return their records."""
+        rows = self.rows
+        sources = [rows[k][0] for cluster, _ in plans for k in cluster]
+        stale = stale_memories(sources, [self.changes[mid] for mid in sources])
+        kept: list[tuple[list[int], Memory | None]] = []
+        kept_rows: list[int] = []
+        at = 0
+        for cluster, episode in plans:
+            fresh = not any(rows[k][0] in stale for k in cluster)
+            if fresh:
+                kept.append((cluster, episode))
+            if episode is not None:
+                if fresh:
+                    kept_rows.append(at)
+                at += 1
+        episodes = [episode for _, episode in kept if episode is not None]
+        edges = [(episode.id, rows[k][0]) for cluster, episode in kept if episode is not None for k in cluster]
+        edge_ids: dict[tuple[uuid.UUID, str], int] = {}
+        if episodes:
+            assert vectors is not None, "a unit with episodes has their vectors"
+            memories_embed(workspace=self.workspace, memories=episodes, vectors=(vectors[0], vectors[1][kept_rows]))
+            Memory.objects.bulk_create(episodes, batch_size=500)
+            graph_touch(workspace=self.workspace)  # before the insert: see graph.writes.graph_touch
+            created = Edge.objects.bulk_create(
+                [
+                    Edge(
+                        workspace=self.workspace,
+                        source_id=src,
+                        target_id=dst,
+                        edge_type=EdgeType.DERIVED_FROM,
+                        created_at=self.now,
+                    )
+                    for src, dst in edges
+                ],
+                batch_size=1000,
+            )
+            graph_mirror(
+                workspace=self.workspace, added=((e.source_id, e.target_id, e.edge_type, e.weight) for e in created)
+            )
+            edge_ids = {pair: e.pk for pair, e in zip(edges, created, strict=True)}
+        updates = MemoryUpdates(self.evolver.name, Action.PROMOTE, "working -> episodic")
+        for cluster, _ in kept:
+            for k in cluster:
+                updates.ids.append(rows[k][0])
+                updates.changes.append(self.changes[rows[k][0]])
+                updates.reasons.append("")
+        write_memory_updates([updates])
+        return [self.record(cluster, episode, edge_ids) for cluster, episode in kept], len(stale)

@@ -27,6 +27,7 @@ class ExponentialDecay:
     """
 
     name: ClassVar[str] = "ExponentialDecay"
+    writes_in_chunks: ClassVar[bool] = True
 
     def evolve(
         self, workspace: Workspace, *, dry_run: bool, run: EvolutionRun | None, now: datetime

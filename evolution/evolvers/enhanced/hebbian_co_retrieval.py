@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -15,6 +16,7 @@ from evolution.algorithms.hebbian import hebbian_boosts, timed_co_retrieval_pair
 from evolution.evolvers.base import EvolutionResult, MemoryUpdates, apply_updates, register
 from evolution.evolvers.enhanced.common import _setting
 from evolution.models import EvolutionRun
+from evolution.writes import Applied, stale_edges, submit
 from graph.store import CO_RETRIEVED_FULL_COUNT
 from graph.writes import graph_mirror, graph_touch
 from history import audit
@@ -55,6 +57,7 @@ class HebbianCoRetrieval:
     """
 
     name: ClassVar[str] = "HebbianCoRetrieval"
+    writes_in_chunks: ClassVar[bool] = True
 
     def evolve(
         self, workspace: Workspace, *, dry_run: bool, run: EvolutionRun | None, now: datetime
@@ -142,62 +145,15 @@ class HebbianCoRetrieval:
             created.append(
                 (source, target, int(counts.counts[k]), _from_micros(int(first[k])), _from_micros(int(last[k])))
             )
-        created_ids: list[int] = []
-        if not dry_run:
-            write_rows(
-                Edge,
-                ["co_retrieval_count", "first_co_retrieved_at", "last_co_retrieved_at"],
-                (
-                    (
-                        ch["co_retrieval_count"][1],
-                        ch["first_co_retrieved_at"][1],
-                        ch["last_co_retrieved_at"][1],
-                        eid,
-                    )
-                    for eid, ch in edge_updates
-                ),
-            )
-            # A snapshot weighs a CO_RETRIEVED edge by its count until CO_RETRIEVED_FULL_COUNT: a count that
-            # moves below it re-weights an edge, which appending cannot express (the next read rebuilds).
-            reweighted = any(ch["co_retrieval_count"][0] < CO_RETRIEVED_FULL_COUNT for _, ch in edge_updates)
-            if reweighted and not created:
-                graph_touch(workspace=workspace, rewrites=True)
-            if created:
-                # New edges change the graph snapshot, and the touch goes first: see
-                # graph.writes.graph_touch.
-                graph_touch(workspace=workspace, rewrites=reweighted)
-                last_id = selectors.edge_last_id()
-                insert_rows(
-                    Edge,
-                    [
-                        "workspace",
-                        "source",
-                        "target",
-                        "edge_type",
-                        "weight",
-                        "co_retrieval_count",
-                        "first_co_retrieved_at",
-                        "last_co_retrieved_at",
-                        "created_at",
-                        "metadata",
-                    ],
-                    # In (source, target) order, the order of the unique index, so consecutive rows land on
-                    # the same index pages instead of random ones.
-                    (
-                        (workspace.pk, s, t, EdgeType.CO_RETRIEVED, 1.0, c, f, la, now, {})
-                        for s, t, c, f, la in sorted(created, key=_pair_text)
-                    ),
-                )
-                graph_mirror(workspace=workspace, added=((s, t, EdgeType.CO_RETRIEVED, 1.0) for s, t, *_ in created))
-                by_pair = {
-                    (s, t): eid
-                    for eid, s, t in selectors.co_retrieved_created(workspace=workspace, at=now, after_id=last_id)
-                }
-                created_ids = [by_pair[(s, t)] for s, t, *_ in created]
         ends = {edges[int(edge_order[at[k]])][0]: edges[int(edge_order[at[k]])][1:3] for k in hits}
-        result.records.extend(
-            self._edge_records(workspace, run, dry_run, now, ends, edge_updates, created, created_ids)
-        )
+        counting = _Counting(self.name, workspace, run, dry_run, now, ends, created)
+        items: list[tuple[str, Any]] = [("update", u) for u in edge_updates] + [
+            ("create", k) for k in range(len(created))
+        ]
+        for start in range(0, len(items), EDGE_RECORD_CHUNK):
+            chunk = items[start : start + EDGE_RECORD_CHUNK]
+            planned = [counting.record(chunk, None)]
+            result.records.extend(submit(planned, None if dry_run else partial(counting.apply, chunk)))
 
         # Boosts over every CO_RETRIEVED edge as it stands after counting (the ones below the threshold
         # were not read).
@@ -234,87 +190,138 @@ class HebbianCoRetrieval:
         )
         return result
 
-    def _edge_records(
-        self,
-        workspace: Workspace,
-        run: EvolutionRun | None,
-        dry_run: bool,
-        now: datetime,
-        ends: dict[int, tuple[str, str]],
-        updates: Sequence[tuple[int, dict[str, tuple[Any, Any]]]],
-        created: Sequence[tuple[str, str, int, datetime, datetime]],
-        created_ids: Sequence[int],
-    ) -> list[EvolutionRecord]:
-        """Records of CO_RETRIEVED counting, EDGE_RECORD_CHUNK edges each.
 
-        Updated edges: before/after["edges"][id] = the three fields. Created edges: after["created_edges"]
-        lists them and after["edges"] holds their values too, so a revert refuses when a later run has
-        counted on them (dry runs list the planned pairs in after["planned_edges"] instead).
-        """
-        items: list[tuple[str, Any]] = [("update", u) for u in updates] + [("create", k) for k in range(len(created))]
-        records: list[EvolutionRecord] = []
-        # ISO text per distinct value: the times come from a few thousand result sets, the edges number
-        # tens of thousands.
-        texts: dict[Any, Any] = {}
+@dataclass
+class _Counting:
+    """The CO_RETRIEVED counting of one Hebbian run, in units of EDGE_RECORD_CHUNK edges, each unit one record.
 
-        def encode(name: str, value: Any) -> Any:
-            if not isinstance(value, datetime):
-                return audit.encode_value(name, value)
-            text = texts.get(value)
-            if text is None:
-                text = texts[value] = audit.encode_value(name, value)
-            return text
+    Updated edges: before/after["edges"][id] = the three fields. Created edges: after["created_edges"]
+    lists them and after["edges"] holds their values too, so a revert refuses when a later run has
+    counted on them (dry runs list the planned pairs in after["planned_edges"] instead).
+    """
 
-        for start in range(0, len(items), EDGE_RECORD_CHUNK):
-            chunk = items[start : start + EDGE_RECORD_CHUNK]
-            before_edges: dict[str, Any] = {}
-            after_edges: dict[str, Any] = {}
-            created_chunk: list[int] = []
-            planned: list[list[Any]] = []
-            memory_ids: dict[str, None] = {}
-            for kind, item in chunk:
-                if kind == "update":
-                    eid, changes = item
-                    before_edges[str(eid)] = {f: encode(f, old) for f, (old, _) in changes.items()}
-                    after_edges[str(eid)] = {f: encode(f, new) for f, (_, new) in changes.items()}
-                    source, target = ends[eid]
-                else:
-                    source, target, count, first, last = created[item]
-                    values = {
-                        "co_retrieval_count": count,
-                        "first_co_retrieved_at": encode("first_co_retrieved_at", first),
-                        "last_co_retrieved_at": encode("last_co_retrieved_at", last),
-                    }
-                    if dry_run:
-                        planned.append([str(source), str(target), values])
-                    else:
-                        eid = created_ids[item]
-                        created_chunk.append(eid)
-                        after_edges[str(eid)] = values
-                memory_ids[source] = None
-                memory_ids[target] = None
-            after: dict[str, Any] = {audit.EDGE_CHANGES: after_edges}
-            if created_chunk:
-                after[audit.CREATED_EDGES] = created_chunk
-            if planned:
-                after["planned_edges"] = planned
-            n_created = sum(1 for kind, _ in chunk if kind == "create")
-            records.append(
-                audit.record_build(
-                    workspace=workspace,
-                    evolver=self.name,
-                    action=Action.LINK,
-                    reason=(
-                        f"CO_RETRIEVED counts from result sets: {len(chunk) - n_created} edges incremented, "
-                        f"{n_created} created"
-                    ),
-                    input_ids=list(memory_ids),
-                    output_ids=[],
-                    before={audit.EDGE_CHANGES: before_edges} if before_edges else {},
-                    after=after,
-                    run=run,
-                    dry_run=dry_run,
-                    now=now,
-                )
+    evolver: str
+    workspace: Workspace
+    run: EvolutionRun | None
+    dry_run: bool
+    now: datetime
+    ends: dict[int, tuple[str, str]]
+    created: Sequence[tuple[str, str, int, datetime, datetime]]
+    # ISO text per distinct value: the times come from a few thousand result sets, the edges number
+    # tens of thousands.
+    texts: dict[Any, Any] = field(default_factory=dict)
+
+    def encode(self, name: str, value: Any) -> Any:
+        if not isinstance(value, datetime):
+            return audit.encode_value(name, value)
+        text = self.texts.get(value)
+        if text is None:
+            text = self.texts[value] = audit.encode_value(name, value)
+        return text
+
+    def apply(self, chunk: Sequence[tuple[str, Any]]) -> Applied:
+        """Write one unit: the counts of its edges that nobody changed since they were read, its new edges."""
+        workspace, now = self.workspace, self.now
+        updates = [item for kind, item in chunk if kind == "update"]
+        stale = stale_edges(updates)
+        if stale:
+            updates = [u for u in updates if u[0] not in stale]
+            chunk = [(kind, item) for kind, item in chunk if kind != "update" or item[0] not in stale]
+        creates = [self.created[k] for kind, k in chunk if kind == "create"]
+        write_rows(
+            Edge,
+            ["co_retrieval_count", "first_co_retrieved_at", "last_co_retrieved_at"],
+            (
+                (ch["co_retrieval_count"][1], ch["first_co_retrieved_at"][1], ch["last_co_retrieved_at"][1], eid)
+                for eid, ch in updates
+            ),
+        )
+        # A snapshot weighs a CO_RETRIEVED edge by its count until CO_RETRIEVED_FULL_COUNT: a count that
+        # moves below it re-weights an edge, which appending cannot express (the next read rebuilds).
+        reweighted = any(ch["co_retrieval_count"][0] < CO_RETRIEVED_FULL_COUNT for _, ch in updates)
+        if reweighted and not creates:
+            graph_touch(workspace=workspace, rewrites=True)
+        created_ids: dict[int, int] = {}
+        if creates:
+            # New edges change the graph snapshot, and the touch goes first: see graph.writes.graph_touch.
+            graph_touch(workspace=workspace, rewrites=reweighted)
+            last_id = selectors.edge_last_id()
+            insert_rows(
+                Edge,
+                [
+                    "workspace",
+                    "source",
+                    "target",
+                    "edge_type",
+                    "weight",
+                    "co_retrieval_count",
+                    "first_co_retrieved_at",
+                    "last_co_retrieved_at",
+                    "created_at",
+                    "metadata",
+                ],
+                # In (source, target) order, the order of the unique index, so consecutive rows land on
+                # the same index pages instead of random ones.
+                (
+                    (workspace.pk, s, t, EdgeType.CO_RETRIEVED, 1.0, c, f, la, now, {})
+                    for s, t, c, f, la in sorted(creates, key=_pair_text)
+                ),
             )
-        return records
+            graph_mirror(workspace=workspace, added=((s, t, EdgeType.CO_RETRIEVED, 1.0) for s, t, *_ in creates))
+            by_pair = {
+                (s, t): eid
+                for eid, s, t in selectors.co_retrieved_created(workspace=workspace, at=now, after_id=last_id)
+            }
+            created_ids = {k: by_pair[self.created[k][:2]] for kind, k in chunk if kind == "create"}
+        return ([self.record(chunk, created_ids)] if chunk else []), len(stale)
+
+    def record(self, chunk: Sequence[tuple[str, Any]], created_ids: dict[int, int] | None) -> EvolutionRecord:
+        """The record of one unit; created_ids None while planning (new edges get their ids when inserted)."""
+        encode = self.encode
+        before_edges: dict[str, Any] = {}
+        after_edges: dict[str, Any] = {}
+        created_chunk: list[int] = []
+        planned: list[list[Any]] = []
+        memory_ids: dict[str, None] = {}
+        for kind, item in chunk:
+            if kind == "update":
+                eid, changes = item
+                before_edges[str(eid)] = {f: encode(f, old) for f, (old, _) in changes.items()}
+                after_edges[str(eid)] = {f: encode(f, new) for f, (_, new) in changes.items()}
+                source, target = self.ends[eid]
+            else:
+                source, target, count, first, last = self.created[item]
+                values = {
+                    "co_retrieval_count": count,
+                    "first_co_retrieved_at": encode("first_co_retrieved_at", first),
+                    "last_co_retrieved_at": encode("last_co_retrieved_at", last),
+                }
+                if self.dry_run:
+                    planned.append([str(source), str(target), values])
+                elif created_ids is not None:
+                    eid = created_ids[item]
+                    created_chunk.append(eid)
+                    after_edges[str(eid)] = values
+            memory_ids[source] = None
+            memory_ids[target] = None
+        after: dict[str, Any] = {audit.EDGE_CHANGES: after_edges}
+        if created_chunk:
+            after[audit.CREATED_EDGES] = created_chunk
+        if planned:
+            after["planned_edges"] = planned
+        n_created = sum(1 for kind, _ in chunk if kind == "create")
+        return audit.record_build(
+            workspace=self.workspace,
+            evolver=self.evolver,
+            action=Action.LINK,
+            reason=(
+                f"CO_RETRIEVED counts from result sets: {len(chunk) - n_created} edges incremented, {n_created} created"
+            ),
+            input_ids=list(memory_ids),
+            output_ids=[],
+            before={audit.EDGE_CHANGES: before_edges} if before_edges else {},
+            after=after,
+            run=self.run,
+            dry_run=self.dry_run,
+            now=self.now,
+        )

@@ -42,6 +42,7 @@ class InterferenceBasedConsolidation:
     """
 
     name: ClassVar[str] = "InterferenceBasedConsolidation"
+    writes_in_chunks: ClassVar[bool] = True
 
     def evolve(
         self, workspace: Workspace, *, dry_run: bool, run: EvolutionRun | None, now: datetime

@@ -100,6 +100,7 @@ class RetrievalBasedStrengthening:
     """
 
     name: ClassVar[str] = "RetrievalBasedStrengthening"
+    writes_in_chunks: ClassVar[bool] = True
 
     def evolve(
         self, workspace: Workspace, *, dry_run: bool, run: EvolutionRun | None, now: datetime
