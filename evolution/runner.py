@@ -1,21 +1,32 @@
-"""The cycle runner: evolvers in cycle order, each in its own transaction, each failure contained.
+"""The cycle runner: evolvers in cycle order, their writes in short transactions, each failure contained.
 
 A run asked to stop (``cancel_requested``) stops before its next evolver; a run that already has summary
 entries (taken over from a worker that died, see evolution.jobs) skips the evolvers they name; a worker
-whose run another worker took over stops before its next evolver.
+whose run another worker took over stops before its next evolver, and before its next transaction.
 
-For every evolver the runner opens one transaction holding the evolver's writes, its records and its
-summary entry (so the cursor an evolver leaves for the next run commits with the changes it describes).
-An exception rolls that transaction back, is written to the run summary as a failed entry, and the
-next evolver runs. Progress goes to `run.progress` between evolvers and to the page over the workspace
-event group once each evolver's transaction has committed.
+An evolver that declares ``writes_in_chunks`` (every evolver of the project) is called outside any
+transaction, so its reads and its arithmetic hold no lock; its writes come back as units
+(evolution.writes), which the runner commits in transactions of about ``EVOLUTION_TRANSACTION_MS`` (100
+ms): each transaction takes units until it has lasted that long, and a unit's records always commit with
+its rows. The evolver's summary entry (with the cursor it leaves for the next run) commits in its last
+transaction. Meanwhile requests of this and every other workspace get the database between two
+transactions: on SQLite, where one writer holds the whole file, no request waits longer than one
+transaction. An evolver whose plan or unit raises is taken back: the records it committed are undone,
+newest first, each in its own short transaction (`undo_evolver`), and a failed entry is written; the next
+evolver runs. A run taken over from a dead worker undoes the same way what its interrupted evolver had
+committed before running that evolver again, so nothing is applied twice. An evolver without
+``writes_in_chunks`` (an older one, or a test's stand-in) runs in one transaction with its records and
+summary entry, as before. Progress goes to `run.progress` between evolvers and to the page over the
+workspace event group once each evolver's entry has committed.
 
 On SQLite in WAL mode the cycle runs with a larger page cache and automatic checkpoints off
 (`sqlite_bulk_writes`): every evolver rewrites tens of thousands of rows, and checkpointing at each
 evolver's commit on the cycle's own connection copied the same pages back into the database file once per
-evolver while nothing else ran. Instead each commit starts a checkpoint on a thread of its own, which
-copies and syncs while the next evolver computes, and a last one starts when the cycle has committed:
-the run returns without waiting for it (`wait_for_checkpoints` does, for a process about to exit).
+evolver while nothing else ran. Instead each evolver's end starts a checkpoint on a thread of its own,
+which copies and syncs while the next evolver computes, and a last one starts when the cycle has
+committed: the run returns without waiting for it (`wait_for_checkpoints` does, for a process about to
+exit). The cycle's connection waits up to ``EVOLUTION_LOCK_TIMEOUT_SECONDS`` for the database
+(`worker_lock_wait`), where a request gives up after ``DATABASE_LOCK_TIMEOUT_SECONDS``.
 """
 
 from __future__ import annotations
@@ -25,19 +36,26 @@ import logging
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from core.errors import Conflict
 from evolution import selectors
-from evolution.evolvers import evolver_instance
+from evolution.evolvers import EvolutionResult, Evolver, evolver_instance
 from evolution.evolvers.base import save_records
-from evolution.models import EvolutionRun, RunStatus
+from evolution.models import EvolutionRun, Proposal, ProposalStatus, RunStatus
+from evolution.writes import WriteUnit, deferred_writes
+from history.models import EvolutionRecord
+from history.revert import record_undo
 from memories import live
 from memories.models import Workspace
 
@@ -48,6 +66,21 @@ log = logging.getLogger(__name__)
 CYCLE_CACHE_KIB = 512 * 1024
 ProgressCallback = Callable[[dict[str, Any]], None]
 PROGRESS_EVENT = "evolution.progress"
+# How long one write transaction of a chunked evolver takes units (setting EVOLUTION_TRANSACTION_MS): it
+# commits once it has lasted this long, so it ends within this plus one unit (a few ms to a few tens).
+DEFAULT_TRANSACTION_MS: Final = 100
+# How long the cycle's connection waits for the database (setting EVOLUTION_LOCK_TIMEOUT_SECONDS).
+DEFAULT_LOCK_TIMEOUT_SECONDS: Final = 60
+# Records saved per transaction when an evolver's records come without writes (a dry run, flags).
+LOOSE_RECORDS_PER_UNIT: Final = 200
+
+
+class RunTakenOver(Exception):
+    """The run's worker changed while this worker was writing: another worker took the run over."""
+
+
+def transaction_seconds() -> float:
+    return max(0.0, float(getattr(settings, "EVOLUTION_TRANSACTION_MS", DEFAULT_TRANSACTION_MS))) / 1000.0
 
 
 def _publish(workspace_id: int, payload: dict[str, Any]) -> None:
@@ -197,6 +230,42 @@ def sqlite_bulk_writes() -> Iterator[Checkpoints]:
 
 
 @contextmanager
+def worker_lock_wait() -> Iterator[None]:
+    """The cycle's connection waits up to EVOLUTION_LOCK_TIMEOUT_SECONDS for a lock (SQLite's busy timeout,
+    PostgreSQL's lock_timeout), then its previous wait again.
+
+    Every connection waits DATABASE_LOCK_TIMEOUT_SECONDS (5) by default, short so that a request that cannot
+    get the database answers 503 soon. A cycle's transactions are short but many, and a worker has nobody
+    waiting for an answer: it waits behind whatever request holds the database instead of failing an evolver.
+    """
+    seconds = float(getattr(settings, "EVOLUTION_LOCK_TIMEOUT_SECONDS", DEFAULT_LOCK_TIMEOUT_SECONDS))
+    millis = max(1, round(seconds * 1000))
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA busy_timeout")
+            (previous,) = cursor.fetchone()
+            cursor.execute(f"PRAGMA busy_timeout = {millis}")
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute(f"PRAGMA busy_timeout = {int(previous)}")
+    elif connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW lock_timeout")
+            (previous,) = cursor.fetchone()
+            cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{millis}ms"])
+        try:
+            yield
+        finally:
+            if connection.is_usable():
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT set_config('lock_timeout', %s, false)", [str(previous)])
+    else:
+        yield
+
+
+@contextmanager
 def no_collections() -> Iterator[Callable[[], None]]:
     """Switch the cyclic garbage collector off while the block runs; yields a function that collects the
     young generations (the runner calls it between evolvers). The collector's previous state is restored
@@ -236,7 +305,12 @@ def cycle_run(
     "counts": {"records", "ok", "failed"}}. Status: completed when at least one evolver succeeded (or
     none was asked for), failed when every evolver failed.
     """
-    with sqlite_bulk_writes() as checkpoints, no_collections() as collect, selectors.cycle_handoff() as handoff:
+    with (
+        worker_lock_wait(),
+        sqlite_bulk_writes() as checkpoints,
+        no_collections() as collect,
+        selectors.cycle_handoff() as handoff,
+    ):
         return _cycle(
             run=run,
             names=names,
@@ -277,45 +351,11 @@ def _cycle(
             cancelled = True
             break
         _set_progress(run, {"evolver": name, "index": index, "done": index, "total": total}, on_progress)
-        started = time.perf_counter()
-        entry: dict[str, Any]
         try:
-            with transaction.atomic():
-                # Serialises concurrent runs of one workspace on PostgreSQL (SQLite holds its write lock).
-                Workspace.objects.select_for_update().filter(pk=workspace.pk).values_list("pk").first()
-                result = evolver_instance(name).evolve(workspace, dry_run=run.dry_run, run=run, now=now)
-                for record in result.records:
-                    record.run = run
-                    record.dry_run = run.dry_run
-                    record.workspace = workspace
-                saved = save_records(result.records)
-                entry = {
-                    "name": name,
-                    "status": "ok",
-                    "error": "",
-                    "records": len(saved),
-                    "seconds": round(time.perf_counter() - started, 3),
-                    "stats": result.stats,
-                    "state": result.state,
-                }
-                entries.append(entry)
-                run.save(update_fields=["summary"])
-        except Exception as exc:
-            log.exception("evolver %s failed in run %s", name, run.id)
-            entry = {
-                "name": name,
-                "status": "failed",
-                "error": f"{type(exc).__name__}: {exc}",
-                "records": 0,
-                "seconds": round(time.perf_counter() - started, 3),
-                "stats": {},
-                "state": {},
-            }
-            if entries and entries[-1]["name"] == name:
-                entries[-1] = entry
-            else:
-                entries.append(entry)
-            run.save(update_fields=["summary"])
+            entry = _evolver_entry(run, name, entries, now, handoff)
+        except RunTakenOver:
+            log.warning("run %s was taken over while %s wrote %s; it stops", run.pk, run.worker, name)
+            return run
         handoff.advance(succeeded=entry["status"] == "ok")
         checkpoints.after_commit()
         collect()
@@ -338,3 +378,235 @@ def _cycle(
     run.save(update_fields=["summary", "status", "finished_at", "progress"])
     _publish(workspace.pk, {"run_id": str(run.id), "status": run.status, "done": done, "total": total})
     return run
+
+
+def _evolver_entry(
+    run: EvolutionRun, name: str, entries: list[dict[str, Any]], now: datetime, handoff: selectors.CycleHandoff
+) -> dict[str, Any]:
+    """Run one evolver of `run` and commit its summary entry (appended to `entries`); returns the entry."""
+    started = time.perf_counter()
+    evolver = evolver_instance(name)
+    error = ""
+    kept = 0
+    if EvolutionRecord.objects.filter(run=run, evolver=name, reverted_at__isnull=True).exists():
+        # Taken over in the middle of this evolver: what its units committed goes before it runs again.
+        kept = undo_evolver(run, name)
+        if kept:
+            error = (
+                f"{kept} records an earlier attempt committed could not be taken back (changed since) and stay; "
+                "not run again, so nothing is applied twice"
+            )
+    if not error:
+        try:
+            if getattr(evolver, "writes_in_chunks", False):
+                return _chunked(run, name, evolver, entries, now, handoff, started)
+            return _in_one_transaction(run, name, evolver, entries, now, started)
+        except RunTakenOver:
+            raise
+        except Exception as exc:
+            log.exception("evolver %s failed in run %s", name, run.id)
+            kept = undo_evolver(run, name)
+            error = f"{type(exc).__name__}: {exc}"
+            if kept:
+                error += f"; {kept} records it committed could not be taken back (changed since) and stay"
+    entry = {
+        "name": name,
+        "status": "failed",
+        "error": error,
+        "records": kept,
+        "seconds": round(time.perf_counter() - started, 3),
+        "stats": {},
+        "state": {},
+    }
+    if entries and entries[-1]["name"] == name:
+        entries[-1] = entry
+    else:
+        entries.append(entry)
+    run.save(update_fields=["summary"])
+    return entry
+
+
+def _entry(name: str, result: EvolutionResult, records: int, started: float) -> dict[str, Any]:
+    return {
+        "name": name,
+        "status": "ok",
+        "error": "",
+        "records": records,
+        "seconds": round(time.perf_counter() - started, 3),
+        "stats": result.stats,
+        "state": result.state,
+    }
+
+
+def _in_one_transaction(
+    run: EvolutionRun, name: str, evolver: Evolver, entries: list[dict[str, Any]], now: datetime, started: float
+) -> dict[str, Any]:
+    """An evolver that writes as it goes: its writes, records and summary entry in one transaction."""
+    workspace = run.workspace
+    with transaction.atomic():
+        # Serialises concurrent runs of one workspace on PostgreSQL (SQLite holds its write lock).
+        Workspace.objects.select_for_update().filter(pk=workspace.pk).values_list("pk").first()
+        result = evolver.evolve(workspace, dry_run=run.dry_run, run=run, now=now)
+        _attach(result.records, run)
+        saved = save_records(result.records)
+        entry = _entry(name, result, len(saved), started)
+        entry.update(transactions=1, longest_transaction_ms=round((time.perf_counter() - started) * 1000, 1))
+        entries.append(entry)
+        run.save(update_fields=["summary"])
+    return entry
+
+
+def _attach(records: Sequence[EvolutionRecord], run: EvolutionRun) -> None:
+    for record in records:
+        record.run = run
+        record.dry_run = run.dry_run
+        record.workspace = run.workspace
+
+
+@contextmanager
+def _planning(handoff: selectors.CycleHandoff) -> Iterator[None]:
+    """While a chunked evolver reads and computes: the handoff accepts offers made outside a transaction, and
+    inside a caller's transaction (a test's) the plan runs in a savepoint, so that a failing statement fails
+    the evolver and not the caller's transaction."""
+    handoff.planning = True
+    try:
+        with transaction.atomic() if connection.in_atomic_block else nullcontext():
+            yield
+    finally:
+        handoff.planning = False
+
+
+@dataclass
+class _Held:
+    """The write transactions of one chunked evolver: how many, and the longest (seconds, lock held)."""
+
+    count: int = 0
+    longest: float = 0.0
+
+    def note(self, seconds: float) -> None:
+        self.count += 1
+        self.longest = max(self.longest, seconds)
+
+
+# The longest pause between two write transactions of a run on SQLite (seconds): see `_let_others_in`.
+MAX_PAUSE_SECONDS: Final = 0.1
+
+
+def _let_others_in(held: float) -> None:
+    """After a write transaction on SQLite, leave the database free for as long as it was held (5-100 ms).
+
+    SQLite keeps no queue of waiting writers: each retries on its own (its busy handler sleeps 1, 2, 5 ... 50
+    ms between tries, then 100 ms), so a writer that starts its next transaction at once takes the lock
+    back before any waiting request tries again, and the requests wait out their timeout (measured: a
+    request waited 0.8 s and failed while units of 0.25 s followed each other without a pause). A pause
+    of up to a waiter's longest sleep lets it in; the run keeps at least half the time. PostgreSQL queues
+    lock waiters, so nothing waits there; nor inside a caller's transaction, which releases nothing.
+    """
+    if connection.vendor == "sqlite" and not connection.in_atomic_block:
+        time.sleep(min(max(held, 0.005), MAX_PAUSE_SECONDS))
+
+
+def _hold(run: EvolutionRun) -> None:
+    """The first statements of every write transaction of a run: the run must still be this worker's (a run
+    taken over by another worker raises RunTakenOver; on PostgreSQL the row lock orders this transaction
+    and the takeover), and the workspace row serialises writers of the workspace on PostgreSQL."""
+    owner = EvolutionRun.objects.select_for_update().filter(pk=run.pk).values_list("worker", flat=True).first()
+    if owner is not None and owner != run.worker:
+        raise RunTakenOver(f"run {run.pk} now belongs to {owner}")
+    Workspace.objects.select_for_update().filter(pk=run.workspace_id).values_list("pk").first()
+
+
+def _chunked(
+    run: EvolutionRun,
+    name: str,
+    evolver: Evolver,
+    entries: list[dict[str, Any]],
+    now: datetime,
+    handoff: selectors.CycleHandoff,
+    started: float,
+) -> dict[str, Any]:
+    """Plan outside any transaction, then commit the units in transactions of about `transaction_seconds`,
+    the summary entry in the last one."""
+    with deferred_writes() as session, _planning(handoff):
+        result = evolver.evolve(run.workspace, dry_run=run.dry_run, run=run, now=now)
+    queued = {id(record) for unit in session.units for record in unit.records}
+    loose = [record for record in result.records if id(record) not in queued]
+    units = deque(session.units)
+    units.extend(WriteUnit(loose[k : k + LOOSE_RECORDS_PER_UNIT]) for k in range(0, len(loose), LOOSE_RECORDS_PER_UNIT))
+    budget = transaction_seconds()
+    held = _Held()
+    saved = skipped = 0
+    entry: dict[str, Any] | None = None
+    while entry is None:
+        with transaction.atomic():
+            # On SQLite the transaction began IMMEDIATE: from here the database is this worker's.
+            began = time.perf_counter()
+            _hold(run)
+            while units:
+                unit = units.popleft()
+                records, stale = unit.apply() if unit.apply is not None else (unit.records, 0)
+                _attach(records, run)
+                saved += len(save_records(records))
+                skipped += stale
+                if time.perf_counter() - began >= budget:
+                    break
+            if not units:
+                entry = _entry(name, result, saved, started)
+                entry.update(
+                    transactions=held.count + 1,
+                    longest_transaction_ms=round(max(held.longest, time.perf_counter() - began) * 1000, 1),
+                )
+                if skipped:
+                    entry["skipped_changed"] = skipped
+                entries.append(entry)
+                run.save(update_fields=["summary"])
+        held.note(time.perf_counter() - began)
+        if entry is None:
+            _let_others_in(time.perf_counter() - began)
+    if skipped:
+        log.info("%s in run %s left %d rows alone: they changed after it read them", name, run.pk, skipped)
+    return entry
+
+
+def undo_evolver(run: EvolutionRun, name: str) -> int:
+    """Take back what evolver `name` of `run` committed (an evolver that failed midway, or was interrupted
+    with its worker): every record, newest first, has its rows put back (`history.revert.record_undo`), the
+    proposals it created withdrawn, and is deleted, one record a transaction. A record whose rows changed
+    since is left as it is; returns how many were left."""
+    ids = list(
+        EvolutionRecord.objects.filter(run=run, evolver=name, reverted_at__isnull=True)
+        .order_by("-id")
+        .values_list("id", flat=True)
+    )
+    kept = 0
+    for pk in ids:
+        with transaction.atomic():
+            began = time.perf_counter()
+            _hold(run)
+            record = EvolutionRecord.objects.select_related("workspace").filter(pk=pk).first()
+            if record is None:
+                continue
+            try:
+                with transaction.atomic():
+                    record_undo(record)
+                    _withdraw_proposal(record)
+                    record.delete()
+            except Conflict as exc:
+                log.warning("record %s of run %s stays: %s", pk, run.pk, exc.detail)
+                kept += 1
+        _let_others_in(time.perf_counter() - began)
+    if ids:
+        log.info("took back %d of %d records %s committed in run %s", len(ids) - kept, len(ids), name, run.pk)
+    return kept
+
+
+def _withdraw_proposal(record: EvolutionRecord) -> None:
+    proposal_id = record.after.get("proposal_id") if isinstance(record.after, dict) else None
+    if proposal_id is None or record.dry_run:
+        return
+    proposal = Proposal.objects.filter(workspace=record.workspace, pk=proposal_id).first()
+    if proposal is None:
+        return
+    if proposal.status != ProposalStatus.PENDING:
+        raise Conflict(f"proposal {proposal_id} was decided ({proposal.status})", code="revert_conflict")
+    proposal.delete()

@@ -314,14 +314,19 @@ class CycleHandoff:
     def __init__(self) -> None:
         self.made: _Offer | None = None
         self.available: _Offer | None = None
+        # Set by the runner while an evolver plans outside a transaction (its writes commit in units
+        # afterwards, evolution.runner): data_version then compares commits since the offer all the same.
+        self.planning = False
 
     def offer(self, workspace: Workspace, rows: list[tuple[str, float]]) -> None:
-        if connection.vendor == "sqlite" and connection.in_atomic_block:
+        if connection.vendor == "sqlite" and (connection.in_atomic_block or self.planning):
             self.made = _Offer(workspace.pk, _data_version(), rows)
 
     def take(self, workspace: Workspace) -> list[tuple[str, float]] | None:
         offer, self.available = self.available, None
-        if offer is None or offer.workspace_id != workspace.pk or not connection.in_atomic_block:
+        if offer is None or offer.workspace_id != workspace.pk:
+            return None
+        if not (connection.in_atomic_block or self.planning):
             return None
         return offer.rows if offer.data_version == _data_version() else None
 

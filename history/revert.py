@@ -128,6 +128,21 @@ def revert_records(records: Sequence[EvolutionRecord], actor: User | None, now: 
     return saved
 
 
+def record_undo(record: EvolutionRecord) -> None:
+    """Put back what `record` changed, writing no revert record: for the writer of an unfinished step that
+    takes the step back and deletes its records (evolution.runner.undo_evolver), as a rollback would have.
+
+    Dry runs and audit-only records change no row: nothing to do. Conflict (from the owning app's check) when
+    a later change is in the way; the caller's transaction holds the rows.
+    """
+    if record.dry_run or record.action in AUDIT_ONLY_ACTIONS:
+        return
+    for check, _ in _handlers:
+        check(record)
+    for _, apply in _handlers:
+        apply(record)
+
+
 def record_for_revert(*, workspace: Workspace, record_id: int) -> EvolutionRecord:
     """The record `record_id` of `workspace`, locked for the caller's transaction; NotFound otherwise."""
     record = (
