@@ -1,4 +1,8 @@
-"""Map every API error to `{"error": code, "detail": ...}` with the status the contract names."""
+"""Map every API error to `{"error": code, "detail": ...}` with the status the contract names.
+
+A database that stayed locked past the connection's wait (core.db_locks) is 503 `database_busy` with
+`Retry-After`: the request changed nothing and may simply be sent again.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
 
+from core.db_locks import BUSY_CODE, BUSY_DETAIL, RETRY_AFTER_SECONDS, is_database_busy
 from core.errors import DomainError
 
 
@@ -20,7 +26,17 @@ def error_response(code: str, detail: Any, status_code: int, field: str | None =
     return Response(body, status=status_code)
 
 
+def busy_response() -> Response:
+    """503 database_busy with Retry-After (see core.db_locks)."""
+    response = error_response(BUSY_CODE, BUSY_DETAIL, status.HTTP_503_SERVICE_UNAVAILABLE)
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if is_database_busy(exc):
+        set_rollback()
+        return busy_response()
     if isinstance(exc, DomainError):
         return error_response(exc.code, exc.detail, exc.status_code, exc.field)
     if isinstance(exc, Http404):

@@ -28,3 +28,10 @@ class MemoriesConfig(AppConfig):
 
         post_save.connect(announce, sender=Membership, weak=False, dispatch_uid="memories.access_changed.save")
         post_delete.connect(announce, sender=Membership, weak=False, dispatch_uid="memories.access_changed.delete")
+
+        # A PostgreSQL connection waits DATABASE_LOCK_TIMEOUT_SECONDS for a lock, then a request answers 503.
+        from django.db.backends.signals import connection_created
+
+        from core.db_locks import lock_timeout_on_connect
+
+        connection_created.connect(lock_timeout_on_connect, dispatch_uid="core.db_locks.lock_timeout")

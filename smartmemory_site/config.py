@@ -60,6 +60,19 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return value
 
 
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _fail(name, raw, "a number") from None
+    if not value == value or value in (float("inf"), float("-inf")) or (minimum is not None and value < minimum):
+        raise _fail(name, raw, f"a finite number >= {minimum}" if minimum is not None else "a finite number")
+    return value
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
@@ -115,6 +128,16 @@ def database_from_env(base_dir: Path) -> dict[str, object]:
     }
 
 
+# Seconds a connection waits for a lock (setting DATABASE_LOCK_TIMEOUT_SECONDS).
+DEFAULT_LOCK_TIMEOUT_SECONDS = 5.0
+
+
+def lock_timeout_seconds() -> float:
+    """DATABASE_LOCK_TIMEOUT_SECONDS: SQLite's busy timeout and PostgreSQL's lock_timeout of every connection
+    (set as each PostgreSQL connection opens, core.db_locks.lock_timeout_on_connect)."""
+    return env_float("DATABASE_LOCK_TIMEOUT_SECONDS", DEFAULT_LOCK_TIMEOUT_SECONDS, minimum=0.05)
+
+
 def _sqlite(path: str) -> dict[str, object]:
     if path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -125,7 +148,10 @@ def _sqlite(path: str) -> dict[str, object]:
             # WAL lets the page server read while the flush thread writes; IMMEDIATE avoids the
             # "database is locked" upgrade deadlock between two writers.
             "transaction_mode": "IMMEDIATE",
-            "timeout": 20,
+            # How long a connection waits for another's write transaction before "database is locked" (a 503
+            # with Retry-After for a request, core.db_locks). Evolution runs write in transactions of ~100 ms
+            # and wait longer themselves (evolution.runner.worker_lock_wait).
+            "timeout": lock_timeout_seconds(),
             "init_command": (
                 "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; "
                 # mmap as much of the file as SQLite allows (2 GB cap at compile time): reads come from the

@@ -100,6 +100,8 @@ MIDDLEWARE = [
     # Vary: HX-Request everywhere and no-store on htmx fragments, so Back never shows a bare fragment.
     "smartmemory_site.htmx_cache.HtmxCacheMiddleware",
     "smartmemory_site.login_throttle.LoginThrottleMiddleware",
+    # A view that waited out DATABASE_LOCK_TIMEOUT_SECONDS answers 503 with Retry-After, not 500.
+    "smartmemory_site.db_busy.DatabaseBusyMiddleware",
 ]
 
 ROOT_URLCONF = "smartmemory_site.urls"
@@ -124,6 +126,9 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": config.database_from_env(BASE_DIR)}
+# How long a connection waits for a lock before a request answers 503 with Retry-After (core.db_locks):
+# SQLite's busy timeout (in DATABASES above) and PostgreSQL's lock_timeout.
+DATABASE_LOCK_TIMEOUT_SECONDS = config.lock_timeout_seconds()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -193,6 +198,12 @@ SCHEDULER_LOCK_SECONDS = config.env_int("SCHEDULER_LOCK_SECONDS", 120, minimum=1
 SCHEDULER_LOCK_PREFIX = config.env_str("SCHEDULER_LOCK_PREFIX", "smartmemory:joblock")
 RETRIEVAL_STATS_SECONDS = config.env_int("RETRIEVAL_STATS_SECONDS", 300, minimum=1)
 DECAY_SWEEP_SECONDS = config.env_int("DECAY_SWEEP_SECONDS", 3600, minimum=1)
+# An evolution run commits its writes in transactions that take units until they have lasted this long
+# (evolution.runner), so requests of every workspace get the database between them.
+EVOLUTION_TRANSACTION_MS = config.env_int("EVOLUTION_TRANSACTION_MS", 100, minimum=0)
+# How long an evolution run's connection waits for the database (requests wait DATABASE_LOCK_TIMEOUT_SECONDS,
+# read in config.database_from_env).
+EVOLUTION_LOCK_TIMEOUT_SECONDS = config.env_float("EVOLUTION_LOCK_TIMEOUT_SECONDS", 60.0, minimum=0.05)
 
 # Django's cache holds the rate-limit counters (core.throttles): shared by every process through Redis, or
 # each process's own memory in the embedded default.

@@ -15,6 +15,9 @@ api_patterns = [
     path("", include("surfacing.api_urls")),
 ]
 
+# A lock timeout raised outside a view (a middleware's write) is a 503 too (smartmemory_site.db_busy).
+handler500 = "smartmemory_site.db_busy.server_error"
+
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),

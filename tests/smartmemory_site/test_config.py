@@ -46,6 +46,20 @@ def test_without_database_url_a_sqlite_file_in_var_is_used(tmp_path: Path) -> No
     assert (tmp_path / "var").is_dir()
 
 
+def test_a_connection_waits_a_few_seconds_for_a_lock_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DATABASE_LOCK_TIMEOUT_SECONDS", raising=False)
+    options = config.database_from_env(tmp_path)["OPTIONS"]
+    assert isinstance(options, dict) and options["timeout"] == 5.0
+    monkeypatch.setenv("DATABASE_LOCK_TIMEOUT_SECONDS", "1.5")
+    assert config.database_from_env(tmp_path)["OPTIONS"]["timeout"] == 1.5  # type: ignore[index]
+    assert config.lock_timeout_seconds() == 1.5
+    for bad in ("soon", "0", "nan", "inf"):
+        monkeypatch.setenv("DATABASE_LOCK_TIMEOUT_SECONDS", bad)
+        fails_naming("DATABASE_LOCK_TIMEOUT_SECONDS", config.lock_timeout_seconds)
+
+
 def test_a_sqlite_url_names_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path}/sub/db.sqlite3")
     assert config.database_from_env(tmp_path)["NAME"] == f"{tmp_path}/sub/db.sqlite3"
