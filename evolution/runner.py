@@ -6,10 +6,11 @@ whose run another worker took over stops before its next evolver, and before its
 
 An evolver that declares ``writes_in_chunks`` (every evolver of the project) is called outside any
 transaction, so its reads and its arithmetic hold no lock; its writes come back as units
-(evolution.writes), which the runner commits in transactions of about ``EVOLUTION_TRANSACTION_MS`` (100
-ms): each transaction takes units until it has lasted that long, and a unit's records always commit with
-its rows. The evolver's summary entry (with the cursor it leaves for the next run) commits in its last
-transaction. Meanwhile requests of this and every other workspace get the database between two
+(evolution.writes), which the runner commits in transactions of at most about ``EVOLUTION_TRANSACTION_MS``
+(100 ms): a transaction takes another unit only while one as long as its longest so far would still end
+within that time (so one unit longer than that is a transaction of its own), and a unit's records always
+commit with its rows. The evolver's summary entry (with the cursor it leaves for the next run) commits in
+its last transaction. Meanwhile requests of this and every other workspace get the database between two
 transactions: on SQLite, where one writer holds the whole file, no request waits longer than one
 transaction. An evolver whose plan or unit raises is taken back: the records it committed are undone,
 newest first, each in its own short transaction (`undo_evolver`), and a failed entry is written; the next
@@ -66,8 +67,8 @@ log = logging.getLogger(__name__)
 CYCLE_CACHE_KIB = 512 * 1024
 ProgressCallback = Callable[[dict[str, Any]], None]
 PROGRESS_EVENT = "evolution.progress"
-# How long one write transaction of a chunked evolver takes units (setting EVOLUTION_TRANSACTION_MS): it
-# commits once it has lasted this long, so it ends within this plus one unit (a few ms to a few tens).
+# How long one write transaction of a chunked evolver may last (setting EVOLUTION_TRANSACTION_MS): it takes
+# another unit (a few ms to a few tens) only while one as long as the longest so far still fits.
 DEFAULT_TRANSACTION_MS: Final = 100
 # How long the cycle's connection waits for the database (setting EVOLUTION_LOCK_TIMEOUT_SECONDS).
 DEFAULT_LOCK_TIMEOUT_SECONDS: Final = 60
@@ -525,8 +526,8 @@ def _chunked(
     handoff: selectors.CycleHandoff,
     started: float,
 ) -> dict[str, Any]:
-    """Plan outside any transaction, then commit the units in transactions of about `transaction_seconds`,
-    the summary entry in the last one."""
+    """Plan outside any transaction, then commit the units in transactions of at most about
+    `transaction_seconds` (at least one unit each), the summary entry in the last one."""
     with deferred_writes() as session, _planning(handoff):
         result = evolver.evolve(run.workspace, dry_run=run.dry_run, run=run, now=now)
     queued = {id(record) for unit in session.units for record in unit.records}
@@ -536,6 +537,7 @@ def _chunked(
     budget = transaction_seconds()
     held = _Held()
     saved = skipped = 0
+    longest_unit = 0.0
     entry: dict[str, Any] | None = None
     while entry is None:
         with transaction.atomic():
@@ -543,12 +545,16 @@ def _chunked(
             began = time.perf_counter()
             _hold(run)
             while units:
+                unit_began = time.perf_counter()
                 unit = units.popleft()
                 records, stale = unit.apply() if unit.apply is not None else (unit.records, 0)
                 _attach(records, run)
                 saved += len(save_records(records))
                 skipped += stale
-                if time.perf_counter() - began >= budget:
+                done = time.perf_counter()
+                longest_unit = max(longest_unit, done - unit_began)
+                # Another unit only if one as long as the longest so far still ends within the budget.
+                if done - began + longest_unit > budget:
                     break
             if not units:
                 entry = _entry(name, result, saved, started)

@@ -116,7 +116,10 @@ def stale_memories(ids: Sequence[str], changes: Sequence[dict[str, tuple[Any, An
     at = {name: k for k, name in enumerate(fields)}
     stale: set[str] = set()
     for memory_id, changed in zip(ids, changes, strict=True):
-        row = current.get(str(uuid.UUID(str(memory_id))))
+        # Ids come as canonical text (str(uuid)) from the evolvers; anything else is made so.
+        row = current.get(memory_id)
+        if row is None:
+            row = current.get(str(uuid.UUID(str(memory_id))))
         if row is None or not all(
             _same(audit.encode_value(name, row[at[name]]), audit.encode_value(name, old))
             for name, (old, _) in changed.items()

@@ -198,8 +198,8 @@ SCHEDULER_LOCK_SECONDS = config.env_int("SCHEDULER_LOCK_SECONDS", 120, minimum=1
 SCHEDULER_LOCK_PREFIX = config.env_str("SCHEDULER_LOCK_PREFIX", "smartmemory:joblock")
 RETRIEVAL_STATS_SECONDS = config.env_int("RETRIEVAL_STATS_SECONDS", 300, minimum=1)
 DECAY_SWEEP_SECONDS = config.env_int("DECAY_SWEEP_SECONDS", 3600, minimum=1)
-# An evolution run commits its writes in transactions that take units until they have lasted this long
-# (evolution.runner), so requests of every workspace get the database between them.
+# An evolution run commits its writes in transactions of at most about this long (evolution.runner), so
+# requests of every workspace get the database between them.
 EVOLUTION_TRANSACTION_MS = config.env_int("EVOLUTION_TRANSACTION_MS", 100, minimum=0)
 # How long an evolution run's connection waits for the database (requests wait DATABASE_LOCK_TIMEOUT_SECONDS,
 # read in config.database_from_env).
