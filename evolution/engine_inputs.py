@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from core.errors import InvalidInput
 from evolution.models import OutcomeResult
-from memories.inputs import MemoryInput, origin_tier, parse_when
+from memories.inputs import MemoryInput, origin_tier, parse_when, refuse_unstorable
 from memories.models import MemoryType, Tier
 
 DEFAULT_APPROACH: Final = "default"
@@ -105,6 +105,7 @@ def _text(
         raise InvalidInput(f"{name}: must not be blank", field=name)
     if len(cleaned) > max_len:
         raise InvalidInput(f"{name}: longer than {max_len} characters", field=name)
+    refuse_unstorable(cleaned, name)
     return cleaned
 
 

@@ -278,6 +278,14 @@ def memdir_import(
 ) -> ImportSummary:
     """Import a directory into ``workspace``: everything or, on any problem, nothing (``DirectoryInvalid``)."""
     now = now or timezone.now()
+    # PostgreSQL text cannot hold U+0000; a file that has one is refused like any other bad line.
+    unstorable = [
+        memdir.Problem(path, text.count("\n", 0, text.index("\x00")) + 1, "contains the NUL character (U+0000)")
+        for path, text in files.items()
+        if "\x00" in text
+    ]
+    if unstorable:
+        raise DirectoryInvalid(unstorable)
     try:
         directory = memdir.parse_directory(files)
     except memdir.MemdirError as exc:

@@ -35,7 +35,13 @@ from evolution.writes import Applied, submit
 from history import audit
 from history.models import Action, EvolutionRecord
 from memories import live
-from memories.inputs import MAX_CONTENT_CHARS, validate_confidence, validate_content
+from memories.inputs import (
+    MAX_CONTENT_CHARS,
+    refuse_unstorable,
+    validate_confidence,
+    validate_content,
+    validate_metadata,
+)
 from memories.models import EdgeType, Memory, MemoryType, Workspace
 
 User = AbstractBaseUser | AnonymousUser
@@ -225,6 +231,7 @@ def _reason(reason: str) -> str:
         raise InvalidInput("reason: expected a string", field="reason")
     if len(reason) > MAX_REASON_CHARS:
         raise InvalidInput(f"reason: longer than {MAX_REASON_CHARS} characters", field="reason")
+    refuse_unstorable(reason, "reason")
     return reason.strip()
 
 
@@ -247,6 +254,8 @@ def _modified_payload(proposal: Proposal, changes: Mapping[str, Any]) -> dict[st
     """The payload with a reviewer's changes applied; for summaries only SUMMARY_EDITABLE may change."""
     if not isinstance(changes, Mapping):
         raise InvalidInput("payload: expected a JSON object", field="payload")
+    # The payload is stored (jsonb on PostgreSQL, which cannot hold U+0000) and applied: plain JSON only.
+    validate_metadata(dict(changes), "payload")
     current = dict(proposal.payload)
     if proposal.kind == ProposalKind.SUMMARY:
         fixed = sorted(k for k in changes if k not in SUMMARY_EDITABLE and changes[k] != current.get(k))
@@ -275,6 +284,7 @@ def proposal_approve(
     was already decided or the change no longer applies (e.g. its sources were summarized since).
     """
     proposal = _locked(workspace, proposal_id)
+    reason = _reason(reason)  # before the change is applied: a bad reason changes nothing
     now = now or timezone.now()
     status = ProposalStatus.APPROVED
     if payload is not None:
@@ -288,7 +298,7 @@ def proposal_approve(
     proposal.status = status
     proposal.decided_by = audit.actor_or_none(actor)
     proposal.decided_at = now
-    proposal.decision_reason = _reason(reason)
+    proposal.decision_reason = reason
     proposal.applied_record = record
     proposal.save(update_fields=["status", "payload", "decided_by", "decided_at", "decision_reason", "applied_record"])
     _announce(workspace, proposal)

@@ -87,6 +87,10 @@ def filters_from_query(params: Any) -> selectors.MemoryFilters:
         value = params.get(name) or ""
         if value and value not in allowed:
             raise InvalidInput(f"{name}: {value!r} is not one of {', '.join(allowed)}", field=name)
+    tags = tuple(t for t in (params.getlist("tag") if hasattr(params, "getlist") else []) if t)
+    # The free-text filters are compared with stored text: one PostgreSQL cannot hold is a 400, not a 500.
+    for name, text in (("origin", params.get("origin") or ""), *(("tag", t) for t in tags)):
+        inputs.refuse_unstorable(str(text), name)
     return selectors.MemoryFilters(
         memory_type=params.get("type") or "",
         status=params.get("status") or "",
@@ -98,7 +102,7 @@ def filters_from_query(params: Any) -> selectors.MemoryFilters:
         created_after=inputs.parse_when(params.get("created_after"), "created_after"),
         created_before=inputs.parse_when(params.get("created_before"), "created_before"),
         q=(params.get("q") or "").strip(),
-        tags=tuple(t for t in (params.getlist("tag") if hasattr(params, "getlist") else []) if t),
+        tags=tags,
     )
 
 

@@ -75,7 +75,8 @@ def origin_tier(origin: str) -> int:
     return 2
 
 
-def _refuse_nul(value: str, name: str) -> None:
+def refuse_unstorable(value: str, name: str) -> None:
+    """Refuse text no database column can hold, naming the field: every free-text input passes here."""
     # PostgreSQL text and jsonb cannot hold U+0000, and no database stores half a UTF-16 pair (a lone
     # surrogate such as "\ud800", which JSON escapes can spell); refusing both here keeps backends alike.
     if "\x00" in value:
@@ -91,14 +92,14 @@ def _check_json_tree(value: Any, name: str) -> None:
     while stack:
         node, depth = stack.pop()
         if isinstance(node, str):
-            _refuse_nul(node, name)
+            refuse_unstorable(node, name)
         elif isinstance(node, dict | list):
             if depth > MAX_METADATA_DEPTH:
                 raise InvalidInput(f"{name}: nested deeper than {MAX_METADATA_DEPTH} levels", field=name)
             if isinstance(node, dict):
                 for key, child in node.items():
                     if isinstance(key, str):
-                        _refuse_nul(key, name)
+                        refuse_unstorable(key, name)
                     stack.append((child, depth + 1))
             else:
                 stack.extend((child, depth + 1) for child in node)
@@ -123,7 +124,7 @@ def _string(data: Mapping[str, Any], key: str, prefix: str, *, max_len: int, req
         raise InvalidInput(f"{name}: must not be blank", field=name)
     if len(value) > max_len:
         raise InvalidInput(f"{name}: longer than {max_len} characters", field=name)
-    _refuse_nul(value, name)
+    refuse_unstorable(value, name)
     return value
 
 
@@ -190,7 +191,7 @@ def validate_tags(value: Any, name: str) -> tuple[str, ...]:
             raise InvalidInput(f"{name}: tags must not be blank", field=name)
         if len(tag) > MAX_TAG_CHARS:
             raise InvalidInput(f"{name}: a tag is longer than {MAX_TAG_CHARS} characters", field=name)
-        _refuse_nul(tag, name)
+        refuse_unstorable(tag, name)
         if tag not in cleaned:
             cleaned.append(tag)
     return tuple(cleaned)
@@ -227,7 +228,7 @@ def validate_content(value: Any, name: str) -> str:
         raise InvalidInput(f"{name}: must not be blank", field=name)
     if len(value) > MAX_CONTENT_CHARS:
         raise InvalidInput(f"{name}: longer than {MAX_CONTENT_CHARS} characters", field=name)
-    _refuse_nul(value, name)
+    refuse_unstorable(value, name)
     return value
 
 
@@ -392,7 +393,7 @@ def _one_of(value: Any, name: str, choices: list[str]) -> str:
 def _subject(value: Any, name: str) -> str:
     if not isinstance(value, str) or len(value) > 200:
         raise InvalidInput(f"{name}: expected a string of at most 200 characters", field=name)
-    _refuse_nul(value, name)
+    refuse_unstorable(value, name)
     return value.strip()
 
 

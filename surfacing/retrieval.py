@@ -53,6 +53,7 @@ from memories.algorithms.activation import BOOST_CO_RETRIEVED, BOOST_DIRECT, BOO
 from memories.algorithms.entities import count_entities
 from memories.algorithms.fts import query_terms
 from memories.embeddings import embedder_for
+from memories.inputs import refuse_unstorable
 from memories.models import Memory, MemoryType, RetrievalSource, Workspace
 from memories.selectors import lexical_search
 from memories.signalbus import retrieval_signals
@@ -194,6 +195,7 @@ def validate_session(session_id: object) -> str:
         raise InvalidInput("session_id: expected a string", field="session_id")
     if len(session_id) > MAX_SESSION_CHARS:
         raise InvalidInput(f"session_id: longer than {MAX_SESSION_CHARS} characters", field="session_id")
+    refuse_unstorable(session_id, "session_id")  # pins store it
     return session_id.strip()
 
 

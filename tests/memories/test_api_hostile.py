@@ -103,6 +103,87 @@ def test_query_parameters_out_of_range_are_400s(
     assert answer["field"] == "before"
 
 
+NUL = "bad \x00 byte"  # PostgreSQL text cannot hold U+0000: storing it was a 500 there (found by fuzzing)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("outcomes/", {"task_type": NUL, "result": "fail"}, "task_type"),
+        ("outcomes/", {"task_type": "t", "result": "fail", "approach": NUL}, "approach"),
+        ("outcomes/", {"task_type": "t", "result": "fail", "context": {"lesson": NUL}}, "context.lesson"),
+        ("outcomes/", {"task_type": "t", "result": "fail", "context": {"issue": NUL}}, "context.issue"),
+        ("corrections/", {"what_i_did_wrong": NUL, "what_i_should_do": "x", "context": "y"}, "what_i_did_wrong"),
+        ("corrections/", {"what_i_did_wrong": "w", "what_i_should_do": "x", "context": "y", "topic": NUL}, "topic"),
+        ("reflections/", {"context": "c", "reflection": NUL, "lesson": "l"}, "reflection"),
+    ],
+)
+def test_a_nul_character_in_an_engine_input_is_a_400_naming_the_field(
+    api: APIClient, workspace: Workspace, path: str, body: dict[str, Any], field: str
+) -> None:
+    from evolution.models import Outcome
+
+    answer = error_of(api.post(BASE + path, body, format="json"))
+    assert answer["field"] == field and "NUL" in answer["detail"]
+    assert not Memory.objects.filter(workspace=workspace).exists()
+    assert not Outcome.objects.filter(workspace=workspace).exists()
+
+
+def test_a_nul_character_in_an_imported_file_is_refused_naming_the_file_and_line(
+    api: APIClient, workspace: Workspace
+) -> None:
+    files = {"hot/memory.md": "- a rule\n- another " + NUL + "\n"}
+    answer = error_of(api.post(BASE + "import/", {"files": files}, format="json"))
+    assert answer["field"] == "files"
+    assert answer["detail"] == [{"file": "hot/memory.md", "line": 2, "message": "contains the NUL character (U+0000)"}]
+    assert not Memory.objects.filter(workspace=workspace).exists()
+
+
+@pytest.mark.parametrize("name", ["origin", "tag"])
+def test_a_nul_character_in_a_list_filter_is_a_400_naming_it(api: APIClient, workspace: Workspace, name: str) -> None:
+    answer = error_of(api.get(BASE + "memories/", {name: NUL}))
+    assert answer["field"] == name and "NUL" in answer["detail"]
+
+
+@pytest.fixture
+def pending(workspace: Workspace) -> Any:
+    from evolution.proposals import proposal_create
+
+    proposal, _ = proposal_create(
+        workspace=workspace, kind="summary", title="Summarize", payload={"content": "deploys failed"}
+    )
+    return proposal
+
+
+@pytest.mark.parametrize(
+    ("verb", "body", "field"),
+    [
+        ("reject", {"reason": NUL}, "reason"),
+        ("approve", {"reason": NUL}, "reason"),
+        ("approve", {"payload": {"content": NUL}}, "payload"),
+    ],
+)
+def test_a_nul_character_in_a_review_is_a_400_and_the_proposal_stays_pending(
+    api: APIClient, workspace: Workspace, pending: Any, verb: str, body: dict[str, Any], field: str
+) -> None:
+    answer = error_of(api.post(f"{BASE}proposals/{pending.pk}/{verb}/", body, format="json"))
+    assert answer["field"] == field and "NUL" in answer["detail"]
+    pending.refresh_from_db()
+    assert (pending.status, pending.payload) == ("pending", {"content": "deploys failed"})
+
+
+def test_a_nul_character_in_a_session_id_is_a_400_naming_it(
+    api: APIClient, workspace: Workspace, make_memory: Callable[..., Memory]
+) -> None:
+    memory = make_memory("We picked JWT")
+    answer = error_of(api.put(f"{BASE}sessions/a%00b/pins/{memory.id}/", {"weight": 1}, format="json"))
+    assert answer["field"] == "session_id"
+    answer = error_of(api.delete(f"{BASE}sessions/a%00b/pins/{memory.id}/"))
+    assert answer["field"] == "session_id"
+    answer = error_of(api.post(BASE + "context/", {"query": "jwt", "session_id": NUL}, format="json"))
+    assert answer["field"] == "session_id"
+
+
 def test_valid_unicode_beyond_the_basic_plane_is_kept(api: APIClient, workspace: Workspace) -> None:
     response = raw_post(api, BASE + "memories/", json.dumps({"content": "ship it 🚀", "tags": ["日本"]}))
     assert response.status_code == 201, response.content
