@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
@@ -130,6 +131,13 @@ class MemoryListCreateApi(APIView):
             OpenApiParameter("type", str),
             OpenApiParameter("status", str),
             OpenApiParameter("tier", str),
+            OpenApiParameter("compression_tier", str, description="full, summary, skeleton, tombstone, forgotten"),
+            OpenApiParameter("origin", str, description="origins that start with this text"),
+            OpenApiParameter("tag", str, many=True, description="memories that carry every tag given"),
+            OpenApiParameter("pinned", bool),
+            OpenApiParameter("has_conflicts", bool),
+            OpenApiParameter("created_after", OpenApiTypes.DATETIME),
+            OpenApiParameter("created_before", OpenApiTypes.DATETIME),
             OpenApiParameter("q", str),
             OpenApiParameter("ordering", str),
             OpenApiParameter("cursor", str),

@@ -248,3 +248,16 @@ def test_the_run_list_and_a_run_return_exactly_what_they_document(
         ("/api/v1/workspaces/{ws}/evolution/runs/{run_id}/", "get", f"{base}{run.id}/", None, 200),
     ]
     _assert_documented(schema, api, calls)
+
+
+def test_the_memory_list_documents_every_filter_it_reads(schema: dict[str, Any]) -> None:
+    import dataclasses
+
+    from memories.selectors import MemoryFilters
+
+    # The query names of MemoryFilters' fields (filters_from_query reads them); a new filter is documented too.
+    renamed = {"memory_type": "type", "tags": "tag"}
+    filters = {renamed.get(f.name, f.name) for f in dataclasses.fields(MemoryFilters)}
+    listed = schema["paths"]["/api/v1/workspaces/{ws}/memories/"]["get"]["parameters"]
+    documented = {p["name"] for p in listed if p["in"] == "query"}
+    assert filters | {"ordering", "cursor", "limit"} == documented
