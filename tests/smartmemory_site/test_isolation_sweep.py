@@ -9,9 +9,10 @@ ones. B's rows are unchanged afterwards. Then B's owner makes the same calls, wh
 ids and bodies are ones the route accepts, so a refusal above came from the membership check and not from
 a bad request.
 
-A pattern the sweep does not know fails with a message saying where to add it, so a new route cannot skip
-it. /mcp/ is no URL pattern (the ASGI router serves it beside Django); its tools make one REST call each,
-through the views swept here.
+The WebSocket routes (smartmemory_site.routing) are swept too: a stranger's socket is not accepted, B's
+owner's is. A pattern the sweep does not know fails with a message saying where to add it, so a new route
+cannot skip it. /mcp/ is no URL pattern (the ASGI router serves it beside Django); its tools make one REST
+call each, through the views swept here.
 """
 
 from __future__ import annotations
@@ -27,11 +28,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
 from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.contrib.messages import get_messages
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.db import models
+from django.db import connections, models
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
@@ -39,6 +43,7 @@ from rest_framework.test import APIClient
 from memories import services, tokens
 from memories.models import ApiToken, Membership, Workspace
 from memories.signalbus import LocalSignalBus
+from smartmemory_site.routing import websocket_urlpatterns
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
@@ -193,6 +198,9 @@ GLOBAL_ROUTES: dict[str, dict[str, Body | None]] = {
 ADMIN_PUBLIC = {"admin:login", "admin:logout", "admin:jsi18n"}
 """The admin's pages anyone may open: its login form, logging out, its JavaScript catalogue."""
 
+# -- WebSocket routes (unnamed: known by their route) --------------------------------------------------------
+SOCKET_ROUTES = {"ws/workspaces/<slug:ws>/activation/", "ws/workspaces/<slug:ws>/evolution/runs/<uuid:run_id>/"}
+
 FILL: dict[str, Callable[[Any], str]] = {
     "memory_id": lambda w: w.memory_ids[0],
     "run_id": lambda w: w.run_id,
@@ -239,6 +247,7 @@ def _names(route: str) -> tuple[str, ...]:
 PATTERNS = list(_walk(get_resolver().url_patterns))
 SITE = [p for p in PATTERNS if not p.name.startswith("admin:")]
 ADMIN = [p for p in PATTERNS if p.name.startswith("admin:")]
+SOCKETS = list(_walk(websocket_urlpatterns))
 
 
 def _path(pattern: Pattern, values: dict[str, str]) -> str:
@@ -342,8 +351,11 @@ def test_every_url_pattern_is_swept() -> None:
     unknown = sorted(names - known)
     assert not unknown, f"URL patterns not in the isolation sweep: {unknown}; {ADD_IT}"
     assert sorted(known - names) == [], "the sweep lists routes the site no longer has: remove them"
-    params = {name for p in SITE for name in p.params} - {"ws"}
+    params = {name for p in [*SITE, *SOCKETS] for name in p.params} - {"ws"}
     assert params <= set(FILL), f"path parameters the sweep cannot fill: {sorted(params - set(FILL))}; add to FILL"
+    sockets = {p.route for p in SOCKETS}
+    assert sockets <= SOCKET_ROUTES, f"WebSocket routes not in the sweep: {sorted(sockets - SOCKET_ROUTES)}; add them"
+    assert sockets >= SOCKET_ROUTES, "the sweep lists WebSocket routes the site no longer has: remove them"
 
 
 def _ghost(world: Any) -> Any:
@@ -468,3 +480,33 @@ def test_the_admin_lets_in_no_one_who_is_not_staff(sides: Sides) -> None:
                 if response.status_code == 302:
                     assert response["Location"].startswith("/admin/login/"), response["Location"]
     assert rows_of(world.workspace) == before
+
+
+@pytest.fixture
+def in_memory_layer(settings: Any) -> None:
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+
+@pytest.mark.django_db(transaction=True)  # the consumers read the database from other threads
+@pytest.mark.asyncio
+@pytest.mark.parametrize("pattern", SOCKETS, ids=lambda p: p.route)
+async def test_a_socket_of_another_workspace_is_not_accepted(
+    pattern: Pattern, sides: Sides, in_memory_layer: None
+) -> None:
+    assert pattern.route in SOCKET_ROUTES, f"{pattern.route} is not in the isolation sweep; add it to SOCKET_ROUTES"
+    world = sides.world
+    ids = {name: FILL[name](world) for name in pattern.params if name != "ws"}
+    app = URLRouter(websocket_urlpatterns)
+
+    async def connects(user: Any, slug: str) -> bool:
+        communicator = WebsocketCommunicator(app, _path(pattern, {**ids, "ws": slug}))
+        communicator.scope["user"] = user
+        connected, _ = await communicator.connect()
+        await communicator.disconnect()
+        return bool(connected)
+
+    assert not await connects(sides.alice, world.slug), f"{pattern.route}: a stranger's socket was accepted"
+    if ids:
+        assert not await connects(sides.alice, sides.acme.slug), f"{pattern.route}: B's rows under A were accepted"
+    assert await connects(sides.bravo_owner, world.slug), f"{pattern.route}: B's owner's socket was refused"
+    await sync_to_async(connections.close_all)()
