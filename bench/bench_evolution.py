@@ -59,7 +59,8 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
     """Insert the workspace; returns counts and ids the naive samples draw from."""
     from django.db import transaction
 
-    from evolution import selectors, services
+    from evolution import services
+    from evolution.models import ScheduledJob
     from memories.algorithms.embedding import rows_to_bytes
     from memories.algorithms.sortkey import activation_sort_key
     from memories.bulk import bulk_insert, new_instance
@@ -237,7 +238,8 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
         bulk_insert(Memory, memories[n_old:])
         insert_events(events[n_old_events:])
     insert_seconds += time.perf_counter() - started
-    watermark = selectors.evolver_cursor(workspace=workspace, name="HebbianCoRetrieval").state["event_watermark"]
+    # Where the co-retrieval count stopped (evolution.retrieval_stats keeps it for the job and the evolver).
+    watermark = int(ScheduledJob.objects.get(workspace=workspace, job="retrieval").state["count_watermark"])
     return {
         "workspace": workspace,
         "ids": ids,

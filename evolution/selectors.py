@@ -394,11 +394,18 @@ class RetrievalAggregates:
 
 
 def retrieval_aggregates(
-    *, workspace: Workspace, now: datetime, lookback_days: float, short_days: float
+    *,
+    workspace: Workspace,
+    now: datetime,
+    lookback_days: float,
+    short_days: float,
+    memory_ids: Sequence[str] | None = None,
 ) -> RetrievalAggregates:
     """Per-memory counts over the workspace's retrieval events up to `now` (used sources only): one scan
     of the events in (workspace, created_at) index order, counted with numpy. Search events (source
-    search) carry the ranks; every used source counts in total.
+    search) carry the ranks; every used source counts in total. With `memory_ids` only those memories'
+    events are read (by the (memory, created_at) index, _IN_CHUNK ids a query): the incremental refresh of
+    retrieval profiles (evolution.retrieval_stats) reads the few memories whose profile can have changed.
 
     The database compares each time with the window bounds and converts it to epoch seconds (no datetime
     is parsed in Python); the newest time of a memory is the maximum of those epochs, the same value as
@@ -407,7 +414,7 @@ def retrieval_aggregates(
     counting take ~0.3 s.
     """
     is_search = Q(source=RetrievalSource.SEARCH)
-    rows = _raw_rows(
+    events = (
         RetrievalEvent.objects.filter(workspace=workspace, source__in=USED_SOURCES, created_at__lte=now)
         .order_by()
         .values_list(
@@ -419,6 +426,15 @@ def retrieval_aggregates(
             EpochSeconds("created_at"),
         )
     )
+    if memory_ids is None:
+        rows = _raw_rows(events)
+    else:
+        keys = list(memory_ids)
+        rows = [
+            row
+            for start in range(0, len(keys), _IN_CHUNK)
+            for row in _raw_rows(events.filter(memory_id__in=keys[start : start + _IN_CHUNK]))
+        ]
     n = len(rows)
     columns: list[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else [()] * 6
     codes: dict[Any, int] = {}
@@ -445,6 +461,38 @@ def retrieval_aggregates(
         in_lookback=counts(np.fromiter(columns[4], dtype=bool, count=n)),
         last_at=last_at,
     )
+
+
+def last_event_id(*, workspace: Workspace, after_event_id: int = 0) -> int:
+    """The largest retrieval event id of the workspace above `after_event_id` (`after_event_id` when there is
+    none): a key range read from the watermark on, not a scan of every event."""
+    last = RetrievalEvent.objects.filter(workspace=workspace, id__gt=after_event_id).aggregate(last=Max("id"))["last"]
+    return after_event_id if last is None else int(last)
+
+
+def memories_retrieved_since(
+    *, workspace: Workspace, after_event_id: int, through_event_id: int, windows: Sequence[tuple[datetime, datetime]]
+) -> list[str]:
+    """Memories (id text) with a used-source event whose id is in (after_event_id, through_event_id], or whose
+    time is in one of the (start, end] `windows`: those whose retrieval profile can have changed since a
+    refresh that had seen the events up to `after_event_id` at the time that opens the windows."""
+    used = RetrievalEvent.objects.filter(workspace=workspace, source__in=USED_SOURCES)
+    found: set[Any] = set(
+        _raw_rows(
+            used.filter(id__gt=after_event_id, id__lte=through_event_id).order_by().values_list("memory_id").distinct()
+        )
+    )
+    for start, end in windows:
+        if end > start:
+            found.update(
+                _raw_rows(
+                    used.filter(created_at__gt=start, created_at__lte=end)
+                    .order_by()
+                    .values_list("memory_id")
+                    .distinct()
+                )
+            )
+    return id_texts([row[0] for row in found])
 
 
 def used_result_sets(*, workspace: Workspace, after_event_id: int) -> tuple[list[tuple[str, list[str], datetime]], int]:
@@ -533,21 +581,6 @@ def co_retrieved_between(*, workspace: Workspace, pairs: Sequence[tuple[str, str
                 a, b = asked[chunk[k]]
                 found[eid] = (eid, a, b, n)
     return [found[eid] for eid in sorted(found)]
-
-
-def edge_last_id() -> int:
-    """The largest edge id stored (0 for none): edges inserted afterwards have larger ids."""
-    return int(Edge.objects.aggregate(last=Max("id"))["last"] or 0)
-
-
-def co_retrieved_created(*, workspace: Workspace, at: datetime, after_id: int = 0) -> list[tuple[int, str, str]]:
-    """CO_RETRIEVED edges created at `at` with an id above `after_id` (the edges a Hebbian run just inserted,
-    after_id read before inserting them): (id, source, target). The id bound makes it a key range read
-    instead of a scan of every CO_RETRIEVED edge."""
-    rows = Edge.objects.filter(
-        id__gt=after_id, workspace=workspace, edge_type=EdgeType.CO_RETRIEVED, created_at=at
-    ).values_list("id", "source_id", "target_id")
-    return _id_rows(rows, 1, 2)
 
 
 def edge_times(*, workspace: Workspace, ids: Sequence[int]) -> dict[int, tuple[datetime | None, datetime | None]]:

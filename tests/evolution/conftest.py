@@ -4,7 +4,7 @@ times and vectors, stores retrieval events, runs evolvers at a fixed clock and s
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -80,16 +80,40 @@ class EvolutionKit:
             workspace=ws or self.workspace, actor=self.user, evolvers=list(names) or None, dry_run=dry_run, now=now
         )
 
-    def memory_rows(self, ws: Workspace | None = None) -> dict[Any, tuple[Any, ...]]:
-        """Every field of every memory of the workspace and of its scores row, by id (blobs as bytes)."""
+    def memory_rows(self, ws: Workspace | None = None, *, observations: bool = True) -> dict[Any, tuple[Any, ...]]:
+        """Every field of every memory of the workspace and of its scores row, by id (blobs as bytes); without
+        `observations`, not the retrieval profile (kept from the events, evolution.retrieval_stats)."""
         names = [f.attname for f in Memory._meta.concrete_fields]
         names += [f"score__{f.attname}" for f in MemoryScore._meta.concrete_fields if not f.primary_key]
+        if not observations:
+            names.remove("score__retrieval_profile")
         rows = Memory.objects.filter(workspace=ws or self.workspace).values_list(*names)
         return {row[0]: tuple(bytes(v) if isinstance(v, memoryview) else v for v in row) for row in rows}
 
-    def edge_rows(self, ws: Workspace | None = None) -> dict[Any, tuple[Any, ...]]:
+    def edge_rows(self, ws: Workspace | None = None, *, observations: bool = True) -> dict[Any, tuple[Any, ...]]:
+        """Every field of every edge of the workspace, by id; without `observations`, not the CO_RETRIEVED
+        edges (their counts are kept from the events, evolution.retrieval_stats)."""
         names = [f.attname for f in Edge._meta.concrete_fields]
-        return {row[0]: row for row in Edge.objects.filter(workspace=ws or self.workspace).values_list(*names)}
+        edges = Edge.objects.filter(workspace=ws or self.workspace)
+        if not observations:
+            edges = edges.exclude(edge_type=EdgeType.CO_RETRIEVED)
+        return {row[0]: row for row in edges.values_list(*names)}
+
+    def observation_rows(
+        self, ws: Workspace | None = None, *, among: Iterable[Any] | None = None
+    ) -> tuple[dict[Any, Any], dict[Any, tuple[Any, ...]]]:
+        """What the retrieval statistics keep: the retrieval profile of every memory (of those `among`), and
+        every CO_RETRIEVED edge (between two of them)."""
+        workspace = ws or self.workspace
+        memories = Memory.objects.filter(workspace=workspace)
+        edges = Edge.objects.filter(workspace=workspace, edge_type=EdgeType.CO_RETRIEVED)
+        if among is not None:
+            ids = list(among)
+            memories = memories.filter(id__in=ids)
+            edges = edges.filter(source__in=ids, target__in=ids)
+        names = [f.attname for f in Edge._meta.concrete_fields]
+        profiles = dict(memories.values_list("id", "score__retrieval_profile"))
+        return profiles, {row[0]: row for row in edges.values_list(*names)}
 
     @staticmethod
     def co_edge(a: Memory, b: Memory) -> Edge | None:

@@ -1,7 +1,8 @@
 """Properties of the enhanced cycle over generated workspaces (hypothesis).
 
 - a dry run changes no Memory or Edge row;
-- apply then revert of the run restores every Memory and Edge row exactly (all fields, bytes as bytes);
+- apply then revert of the run restores every Memory and Edge row exactly (all fields, bytes as bytes), but
+  the retrieval observations (profiles, CO_RETRIEVED edges), which it keeps as the run left them;
 - retention and stored activation stay in [0, 1];
 - no evolver hard-deletes: row counts never drop while applying.
 """
@@ -152,15 +153,18 @@ def test_dry_run_changes_no_row(kit: Any, spec: dict[str, Any]) -> None:
 @given(spec=workspace_spec)
 def test_apply_then_revert_restores_every_row_exactly(kit: Any, spec: dict[str, Any]) -> None:
     ws = build(kit, spec)
-    memories, edges = kit.memory_rows(ws), kit.edge_rows(ws)
+    memories, edges = kit.memory_rows(ws, observations=False), kit.edge_rows(ws, observations=False)
     run = kit.run(ws=ws)
     assert all(e["status"] == "ok" for e in run.summary["evolvers"]), run.summary
     assert Memory.objects.filter(workspace=ws).count() >= len(memories)
     assert Edge.objects.filter(workspace=ws).count() >= len(edges)
     assert bounded(ws)
+    observed = kit.observation_rows(ws, among=memories)
     services.run_revert(workspace=ws, run=run, actor=kit.user)
-    assert kit.memory_rows(ws) == memories
-    assert kit.edge_rows(ws) == edges
+    assert kit.memory_rows(ws, observations=False) == memories
+    assert kit.edge_rows(ws, observations=False) == edges
+    # Retrieval profiles and CO_RETRIEVED counts are observations of the events: the revert keeps them.
+    assert kit.observation_rows(ws, among=memories) == observed
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

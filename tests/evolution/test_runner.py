@@ -116,7 +116,7 @@ def test_progress_is_written_and_published_per_evolver(
 def test_dry_run_changes_nothing_but_keeps_the_run_and_its_records(kit: Any) -> None:
     for k in range(35):
         kit.mem(f"working note about deploys {k}", memory_type="working", age_days=0.01)
-    a, b = kit.mem("a", memory_type="episodic", age_days=80), kit.mem("b")
+    a, b = kit.mem("a", memory_type="episodic", age_days=80), kit.mem("b", retention_score=0.5)
     for _ in range(5):
         kit.retrieve([a, b])
     v1, v2 = kit.cosine_pair(0.97)
@@ -133,7 +133,9 @@ def test_dry_run_changes_nothing_but_keeps_the_run_and_its_records(kit: Any) -> 
     assert {r.evolver for r in records} == set(SEED_ORDER)
     promote = records.get(action="promote")
     assert promote.after["episodes"]
-    assert "planned_edges" in records.get(action="link").after
+    # The Hebbian boost of b from the co-retrieval count the dry run planned (5) and did not store.
+    assert records.filter(evolver="HebbianCoRetrieval", action="boost").exists()
+    assert kit.co_edge(a, b) is None
 
 
 def test_dry_runs_do_not_advance_the_hebbian_watermark(kit: Any) -> None:
@@ -144,14 +146,16 @@ def test_dry_runs_do_not_advance_the_hebbian_watermark(kit: Any) -> None:
     assert kit.co_edge(a, b).co_retrieval_count == 1
 
 
-def test_reverting_a_run_rewinds_its_cursor_so_events_are_counted_again(kit: Any) -> None:
+def test_reverting_a_run_keeps_its_co_retrieval_counts_and_never_counts_the_events_again(kit: Any) -> None:
+    """The counts are observations of the events (evolution.retrieval_stats): a revert undoes the boosts the
+    run decided, not what was counted, so the next run finds nothing new to count."""
     from evolution import services
 
     a, b = kit.mem("a"), kit.mem("b")
     kit.retrieve([a, b])
     first = kit.run("HebbianCoRetrieval")
     services.run_revert(workspace=kit.workspace, run=first, actor=kit.user)
-    assert kit.co_edge(a, b) is None
+    assert kit.co_edge(a, b).co_retrieval_count == 1
     kit.run("HebbianCoRetrieval", now=kit.NOW + timedelta(hours=1))
     assert kit.co_edge(a, b).co_retrieval_count == 1
 

@@ -190,25 +190,6 @@ def test_co_retrieved_between_finds_the_asked_pairs_in_either_direction_only(kit
     assert [row[3] for row in strong] == [4, 5]
 
 
-def test_co_retrieved_created_reads_only_edges_above_the_id_read_before_inserting(kit: Any) -> None:
-    a, b, c = (kit.mem(name) for name in "abc")
-    at = kit.NOW
-
-    def edge(source: Memory, target: Memory) -> Edge:
-        return Edge.objects.create(
-            workspace=kit.workspace, source=source, target=target, edge_type=EdgeType.CO_RETRIEVED, created_at=at
-        )
-
-    older = edge(a, b)
-    floor = selectors.edge_last_id()
-    assert floor == older.pk
-    newer = edge(b, c)
-    assert selectors.co_retrieved_created(workspace=kit.workspace, at=at, after_id=floor) == [
-        (newer.pk, str(b.id), str(c.id))
-    ]
-    assert {row[0] for row in selectors.co_retrieved_created(workspace=kit.workspace, at=at)} == {older.pk, newer.pk}
-
-
 def test_a_memory_ranked_first_by_every_search_counts_as_top_with_rank_zero(kit: Any) -> None:
     # Written the way every real retrieval is (retrieval_signals numbers a result set from 1), then flushed.
     from memories.signalbus import retrieval_signals, signal_bus

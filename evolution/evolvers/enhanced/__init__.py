@@ -30,17 +30,12 @@ from evolution.evolvers.enhanced.interference_based_consolidation import (
     INTERFERENCE_MARKER,
     InterferenceBasedConsolidation,
 )
-from evolution.evolvers.enhanced.retrieval_based_strengthening import (
-    RetrievalBasedStrengthening,
-    StoredProfiles,
-    iso_milliseconds,
-)
-from evolution.evolvers.enhanced.hebbian_co_retrieval import EDGE_RECORD_CHUNK, HebbianCoRetrieval
+from evolution.evolvers.enhanced.retrieval_based_strengthening import RetrievalBasedStrengthening
+from evolution.evolvers.enhanced.hebbian_co_retrieval import HebbianCoRetrieval
 
 # isort: on
 
 __all__ = [
-    "EDGE_RECORD_CHUNK",
     "INTERFERENCE_MARKER",
     "LISTED_SOURCES",
     "PROMOTED_TO_EPISODIC",
@@ -50,7 +45,5 @@ __all__ = [
     "HebbianCoRetrieval",
     "InterferenceBasedConsolidation",
     "RetrievalBasedStrengthening",
-    "StoredProfiles",
     "cluster_buffer",
-    "iso_milliseconds",
 ]
