@@ -7,6 +7,8 @@ the (workspace, job) pairs that are due, one after the other:
 ========== ================================================ ===============================================
 job        period                                           work
 ========== ================================================ ===============================================
+retrieval  RETRIEVAL_STATS_SECONDS (300)                    retrieval profiles and CO_RETRIEVED counts from
+                                                            the events since the last run (retrieval_stats)
 decay      DECAY_SWEEP_SECONDS (3600)                       decayed activation and retention into the
                                                             stored columns (decay_sweep)
 cycle      the workspace's ``cycle_every_hours`` (0: off)   queue the applied evolution cycle (jobs)
@@ -23,8 +25,9 @@ row, so a worker that looked just before another finished does not work the job 
 records the clock reading a finished run worked at (``last_run_at``); a job is due when it has none or its
 period has passed since. A worker killed mid-job leaves no ``last_run_at``: the job stays due, and the next
 worker takes the lock once its lease has run out and works it. Each job is safe to work again after
-being cut short: the sweep commits in batches that the next run finds done,
-the cycle is one queued run (run-level takeover is evolution.jobs'), the dream is one transaction.
+being cut short: the sweep commits in batches that the next run finds done, the retrieval statistics
+commit with their watermarks in one transaction, the cycle is one queued run (run-level takeover is
+evolution.jobs'), the dream is one transaction.
 
 The clock is injected: ``Scheduler(now=...)`` reads it once per tick and passes that reading to every job
 as its ``now`` (and to the database locks' leases), so a test can age a workspace by months by moving
@@ -46,7 +49,7 @@ from django.db import connections
 from django.db.models import F
 from django.utils import timezone
 
-from evolution import decay_sweep, dream, jobs
+from evolution import decay_sweep, dream, jobs, retrieval_stats
 from evolution.locks import JobLocks, job_locks
 from evolution.models import ScheduledJob
 from memories.models import Workspace
@@ -56,6 +59,7 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 DEFAULT_CHECK_SECONDS: Final = 15.0
 DEFAULT_LOCK_SECONDS: Final = 120.0
+DEFAULT_RETRIEVAL_STATS_SECONDS: Final = 300.0
 DEFAULT_DECAY_SWEEP_SECONDS: Final = 3600.0
 
 
@@ -91,6 +95,10 @@ def _hours(key: str) -> Callable[[Workspace], timedelta | None]:
     return period
 
 
+def _retrieval(workspace: Workspace, now: datetime) -> dict[str, Any]:
+    return retrieval_stats.retrieval_stats_refresh(workspace=workspace, now=now)
+
+
 def _decay(workspace: Workspace, now: datetime) -> dict[str, Any]:
     return decay_sweep.decay_sweep(workspace=workspace, now=now).as_dict()
 
@@ -113,6 +121,7 @@ def _dream(workspace: Workspace, now: datetime) -> dict[str, Any]:
 def default_jobs() -> list[Job]:
     """The jobs every worker schedules, in the order a tick works them."""
     return [
+        Job("retrieval", _fixed("RETRIEVAL_STATS_SECONDS", DEFAULT_RETRIEVAL_STATS_SECONDS), _retrieval),
         Job("decay", _fixed("DECAY_SWEEP_SECONDS", DEFAULT_DECAY_SWEEP_SECONDS), _decay),
         Job("cycle", _hours(jobs.SCHEDULE_SETTING), _cycle, due=_cycle_due),
         Job("dream", _hours(jobs.DREAM_SCHEDULE_SETTING), _dream),
@@ -294,6 +303,7 @@ class Scheduler:
 
 # What the Runs page calls each job, in the order it lists them.
 JOB_LABELS: Final = {
+    "retrieval": "Retrieval profiles and co-retrieval counts",
     "decay": "Decay sweep",
     "cycle": "Scheduled cycle (queued)",
     "dream": "Dream",

@@ -44,8 +44,10 @@ def fresh_cache(settings: Any) -> None:
 @pytest.fixture(autouse=True)
 def runs_inline(settings: Any) -> None:
     """Queued evolution runs are worked by the caller before it answers (evolution.jobs' inline mode);
-    the tests of the worker thread and of run_workers switch it back."""
+    the tests of the worker thread and of run_workers switch it back. No worker loop runs the scheduled
+    jobs at the real clock behind a test's back: the scheduler's tests give it their own clock."""
     settings.EVOLUTION_WORKER = "inline"
+    settings.SCHEDULER_ENABLED = False
 
 
 @pytest.fixture

@@ -4,14 +4,17 @@ taken over after the lease, every job's effect at the clock the scheduler was gi
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
 import redis
+from django.core.management import call_command
 
 from evolution import jobs
 from evolution.locks import DatabaseJobLocks, RedisJobLocks
@@ -70,13 +73,17 @@ def test_every_job_of_every_workspace_runs_when_due_and_its_row_says_so(
     schedule(kit.workspace, cycle_every_hours=24, dream_every_hours=12)
     s = scheduler(clock)
     ws, other = kit.workspace.pk, other_workspace.pk
-    assert worked(s) == {(ws, "decay"), (ws, "cycle"), (ws, "dream"), (other, "decay")}
+    assert worked(s) == {(ws, "retrieval"), (ws, "decay"), (ws, "cycle"), (ws, "dream")} | {
+        (other, "retrieval"),
+        (other, "decay"),
+    }
     row = ScheduledJob.objects.get(workspace=kit.workspace, job="decay")
     assert (row.last_run_at, row.last_status, row.runs, row.last_error) == (kit.NOW, "ok", 1, "")
-    # Nothing is due a minute later; the sweep again after an hour, the dream after twelve.
+    # Nothing is due a minute later; the retrieval statistics again after five minutes, the sweep after an hour.
     assert worked(s, clock.advance(minutes=1)) == set()
-    assert worked(s, clock.advance(minutes=59)) == {(ws, "decay"), (other, "decay")}
-    assert {job for w, job in worked(s, clock.advance(hours=11)) if w == ws} == {"decay", "dream"}
+    assert worked(s, clock.advance(minutes=4)) == {(ws, "retrieval"), (other, "retrieval")}
+    assert {job for _, job in worked(s, clock.advance(minutes=55))} == {"retrieval", "decay"}
+    assert {job for w, job in worked(s, clock.advance(hours=11)) if w == ws} == {"retrieval", "decay", "dream"}
 
 
 def test_the_scheduled_cycle_is_queued_once_a_period_and_never_beside_an_open_applied_run(
@@ -214,6 +221,8 @@ def test_two_schedulers_locking_in_redis_work_each_due_job_once(
     """Both look at the same moment and see the same due jobs; while the first works a job the second is
     refused its lock, and once the first is done the second finds it done. Every real job runs once."""
     schedule(kit.workspace, cycle_every_hours=24, dream_every_hours=24)
+    a, b = kit.mem("a"), kit.mem("b")
+    kit.retrieve([a, b])
     refused: list[str] = []
     second: Scheduler
 
@@ -231,11 +240,13 @@ def test_two_schedulers_locking_in_redis_work_each_due_job_once(
     seen_by_second = second.due(clock())
     done = first.tick()
     late = [second.work(workspace, job, clock()) for workspace, job in seen_by_second]
-    assert len(done) == len(seen_by_second) == 4 and late == [None] * 4
+    assert len(done) == len(seen_by_second) == 6 and late == [None] * 6
     assert sorted(refused) == sorted(w.job for w in done)
     assert set(ScheduledJob.objects.values_list("runs", flat=True)) == {1}
     assert EvolutionRun.objects.filter(scheduled=True).count() == 1
     assert DreamReport.objects.count() == 1
+    edge = kit.co_edge(a, b)
+    assert edge is not None and edge.co_retrieval_count == 1
 
 
 def test_a_long_job_keeps_its_redis_lock_past_the_lease(
@@ -254,3 +265,39 @@ def test_a_long_job_keeps_its_redis_lock_past_the_lease(
     first = Scheduler(worker="w1", now=clock, locks=redis_locks, jobs=[job], lease=lease)
     assert len(first.tick()) == 1 and taken == [False]
     assert other.locks.acquire(kit.workspace.pk, "slow", lease=lease, now=clock()) is not None
+
+
+# -- the worker loops that run it ---------------------------------------------------------------------
+
+
+def test_run_workers_once_works_the_due_scheduled_jobs_then_the_runs(kit: EvolutionKit, settings: Any) -> None:
+    settings.SCHEDULER_ENABLED = True
+    settings.REDIS_URL = ""
+    settings.EVOLUTION_WORKER = "external"
+    out = StringIO()
+    call_command("run_workers", "--once", stdout=out)
+    assert "worked 2 scheduled job(s)" in out.getvalue()  # the workspace's retrieval statistics and sweep
+    assert set(ScheduledJob.objects.values_list("job", flat=True)) == {"retrieval", "decay"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_shared_worker_loop_ticks_its_scheduler_and_works_queued_runs(kit: EvolutionKit, external: None) -> None:
+    """One loop for the embedded worker thread and every run_workers thread (jobs.worker_loop)."""
+    stop = threading.Event()
+    ticks: list[int] = []
+
+    class Ticking:
+        def maybe_tick(self) -> object:
+            ticks.append(1)
+            return []
+
+    run = jobs.run_enqueue(workspace=kit.workspace, actor=None, evolvers=["ExponentialDecay"], dry_run=True)
+    done: list[EvolutionRun] = []
+
+    def finished(worked: EvolutionRun, seconds: float) -> None:
+        done.append(worked)
+        stop.set()
+
+    jobs.worker_loop(stop=stop, name="w1", poll=0.01, scheduler=Ticking(), on_done=finished)
+    assert [r.pk for r in done] == [run.pk] and done[0].status == RunStatus.COMPLETED
+    assert ticks == [1]

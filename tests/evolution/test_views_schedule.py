@@ -64,4 +64,5 @@ def test_the_runs_page_lists_the_background_jobs_once_they_ran(browser: Client, 
     Scheduler(worker="w1", locks=DatabaseJobLocks()).tick()
     html = page(browser)
     assert 'id="job-decay"' in html and "Decay sweep" in html
+    assert 'id="job-retrieval"' in html and "Retrieval profiles and co-retrieval counts" in html
     assert 'id="job-dream"' not in html  # not scheduled for this workspace
