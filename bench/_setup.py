@@ -18,10 +18,13 @@ import argparse
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DIR = ROOT / "var" / "bench"
@@ -156,6 +159,55 @@ def django_setup(db_name: str, *, fresh: bool, database: str = "sqlite") -> Benc
 def sidecar_path(stem: str, database: str) -> Path:
     """A JSON file describing generated data, one per backend (both may hold differently generated data)."""
     return BENCH_DIR / (f"{stem}.json" if database == "sqlite" else f"{stem}-{database}.json")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_daphne(database_url: str, env: dict[str, str] | None = None, timeout: float = 90.0) -> tuple[Any, int]:
+    """One daphne server of the site on a free 127.0.0.1 port, once it accepts connections: (process, port)."""
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            str(ROOT / ".venv" / "bin" / "daphne"),
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "smartmemory_site.asgi:application",
+        ],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "DJANGO_SETTINGS_MODULE": "smartmemory_site.settings",
+            "LOG_LEVEL": "WARNING",
+            **(env or {}),
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return server, port
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                raise RuntimeError(f"daphne on port {port} did not start") from None
+            time.sleep(0.2)
+
+
+def stop_server(server: Any) -> None:
+    server.terminate()
+    try:
+        server.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        server.kill()
 
 
 def percentile(values: list[float], q: float) -> float:

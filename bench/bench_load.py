@@ -25,7 +25,6 @@ import http.client
 import json
 import os
 import random
-import socket
 import subprocess
 import threading
 import time
@@ -33,8 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from _setup import ROOT, add_database_argument, django_setup, percentile, sidecar_path
-from bench_surfacing import _queries, _strategy, data_stem
+from _setup import ROOT, add_database_argument, django_setup, percentile, start_daphne, stop_server
+from bench_surfacing import _strategy, data_stem, generated_queries
 
 TARGET_P95_MS = 100.0
 STRATEGIES = ("fast:recency", "factual:point-query", "deep:multi-hop", "legacy")
@@ -61,12 +60,6 @@ class Tally:
         )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _redis_url() -> str:
     subprocess.run([str(ROOT / "scripts" / "services.sh"), "start", "redis"], check=True)
     env = subprocess.run(
@@ -75,50 +68,16 @@ def _redis_url() -> str:
     return next(line.split("=", 1)[1] for line in env.split() if line.startswith("TEST_REDIS_URL="))
 
 
-def _start_servers(n: int, database_url: str, redis_url: str) -> tuple[list[subprocess.Popen[bytes]], list[int]]:
+def _start_servers(n: int, database_url: str, redis_url: str) -> tuple[list[Any], list[int]]:
     env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "DJANGO_SETTINGS_MODULE": "smartmemory_site.settings",
-        "LOG_LEVEL": "WARNING",
         "THROTTLE_ENABLED": "false",
         # Runs and scheduled jobs are not what is measured here.
         "EVOLUTION_WORKER": "external",
         "SCHEDULER_ENABLED": "false",
+        **({"REDIS_URL": redis_url} if redis_url else {}),
     }
-    if redis_url:
-        env["REDIS_URL"] = redis_url
-    servers, ports = [], []
-    for _ in range(n):
-        port = _free_port()
-        ports.append(port)
-        servers.append(
-            subprocess.Popen(
-                [
-                    str(ROOT / ".venv" / "bin" / "daphne"),
-                    "-b",
-                    "127.0.0.1",
-                    "-p",
-                    str(port),
-                    "smartmemory_site.asgi:application",
-                ],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-    deadline = time.monotonic() + 90
-    for server, port in zip(servers, ports, strict=True):
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError(f"daphne on port {port} did not start") from None
-                time.sleep(0.2)
-    return servers, ports
+    started = [start_daphne(database_url, env) for _ in range(n)]
+    return [server for server, _ in started], [port for _, port in started]
 
 
 class Client:
@@ -218,18 +177,10 @@ def main() -> None:
 
     db = django_setup(f"{data_stem(args.memories)}.sqlite3", fresh=False, database=args.database)
     from memories import services
-    from memories.models import Memory, Workspace
+    from memories.models import Workspace
     from memories.tokens import api_token_create
 
-    sidecar = sidecar_path(data_stem(args.memories), args.database)
-    workspace = Workspace.objects.filter(slug="bench").first()
-    if workspace is None or not sidecar.exists():
-        raise SystemExit(f"no bench workspace on {args.database}: run bench/bench_surfacing.py --database first")
-    meta = json.loads(sidecar.read_text())
-    entities = list(
-        Memory.objects.filter(workspace=workspace, memory_type="entity").values_list("content", flat=True)[:200]
-    )
-    queries = _queries(meta["topics"], meta["vocabulary"], entities, 200)
+    workspace, queries = generated_queries(args.memories, args.database, 200)
     owner = workspace.memberships.get(role="owner").user
     if not Workspace.objects.filter(slug="bench-load-writes").exists():
         services.workspace_create(owner=owner, slug="bench-load-writes", name="Load bench writes")
@@ -257,12 +208,7 @@ def main() -> None:
             print(f"  target (no errors, context p95 <= {TARGET_P95_MS:.0f} ms at the offered load): {verdict}")
         finally:
             for server in servers:
-                server.terminate()
-            for server in servers:
-                try:
-                    server.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    server.kill()
+                stop_server(server)
     if len(saturation) > 1:
         base = min(saturation)
         for n, rps in sorted(saturation.items()):

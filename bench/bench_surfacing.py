@@ -30,14 +30,20 @@ import http.client
 import json
 import os
 import random
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from _setup import ROOT, BenchDatabase, add_database_argument, django_setup, percentile, sidecar_path
+from _setup import (
+    BenchDatabase,
+    add_database_argument,
+    django_setup,
+    percentile,
+    sidecar_path,
+    start_daphne,
+    stop_server,
+)
 
 
 def data_stem(memories: int) -> str:
@@ -72,6 +78,24 @@ def _queries(
         "deep:multi-hop": [f"why did the {t[0]} {t[2]} {rng.choice(common)} change" for t in picks],
         "legacy": [f"{t[1]} {t[0]} {rng.choice(common)}" for t in picks],
     }
+
+
+def generated_queries(memories: int, database: str, runs: int) -> tuple[Any, dict[str, list[str]]]:
+    """The generated workspace of ``memories`` (Django set up on it already) and the report's query sets of
+    ``runs`` queries each; exits with advice when this backend has none yet."""
+    from memories.models import Memory, Workspace
+
+    sidecar = sidecar_path(data_stem(memories), database)
+    workspace = Workspace.objects.filter(slug="bench").first()
+    if workspace is None or not sidecar.exists():
+        raise SystemExit(f"no bench workspace on {database}: run bench/bench_surfacing.py --database {database} first")
+    meta = json.loads(sidecar.read_text())
+    entities = list(
+        Memory.objects.filter(workspace=workspace, memory_type="entity")
+        .order_by("subject")
+        .values_list("content", flat=True)
+    )
+    return workspace, _queries(meta["topics"], meta["vocabulary"], entities, runs)
 
 
 def _ensure_workspace(args: argparse.Namespace) -> dict[str, Any]:
@@ -182,44 +206,9 @@ def bench_in_process(workspace: Any, queries: dict[str, list[str]]) -> dict[str,
     return results
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def bench_http(db: BenchDatabase, token: str, queries: dict[str, list[str]]) -> dict[str, list[float]]:
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": db.url,
-        "DJANGO_SETTINGS_MODULE": "smartmemory_site.settings",
-        "LOG_LEVEL": "WARNING",
-    }
-    server = subprocess.Popen(
-        [
-            str(ROOT / ".venv" / "bin" / "daphne"),
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "smartmemory_site.asgi:application",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    server, port = start_daphne(db.url)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("daphne did not start") from None
-                time.sleep(0.2)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
 
@@ -241,11 +230,7 @@ def bench_http(db: BenchDatabase, token: str, queries: dict[str, list[str]]) -> 
         conn.close()
         return results
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server)
 
 
 def _networkx_digraph(graph: Any) -> Any:

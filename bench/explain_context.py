@@ -11,13 +11,12 @@ PLAN). The figures tell which query shape to fix; the benchmark itself reports t
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from _setup import add_database_argument, django_setup, sidecar_path
+from _setup import add_database_argument, django_setup
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -57,25 +56,14 @@ def main() -> None:
     parser.add_argument("--strategy", action="append", help="only these rows (default: every strategy)")
     add_database_argument(parser)
     args = parser.parse_args()
-    from bench_surfacing import _queries, _strategy, data_stem
+    from bench_surfacing import _strategy, data_stem, generated_queries
 
     django_setup(f"{data_stem(args.memories)}.sqlite3", fresh=False, database=args.database)
 
-    from memories.models import Memory, Workspace
     from memories.signalbus import signal_bus
     from surfacing.retrieval import get_working_context
 
-    sidecar = sidecar_path(data_stem(args.memories), args.database)
-    workspace = Workspace.objects.filter(slug="bench").first()
-    if workspace is None or not sidecar.exists():
-        raise SystemExit(f"no bench workspace on {args.database}: run bench/bench_surfacing.py --database first")
-    meta = json.loads(sidecar.read_text())
-    entities = list(
-        Memory.objects.filter(workspace=workspace, memory_type="entity")
-        .order_by("subject")
-        .values_list("content", flat=True)
-    )
-    queries = _queries(meta["topics"], meta["vocabulary"], entities, 3)
+    workspace, queries = generated_queries(args.memories, args.database, 3)
     for label, texts in queries.items():
         if args.strategy and label not in args.strategy:
             continue
