@@ -32,7 +32,7 @@ from typing import Any
 
 from history import audit
 from history.models import EvolutionRecord
-from memories.models import Edge, Memory
+from memories.models import Memory
 
 # What a unit's apply returns: the records to save with its writes, and how many rows it left alone because
 # they changed after the plan read them.
@@ -126,29 +126,6 @@ def stale_memories(ids: Sequence[str], changes: Sequence[dict[str, tuple[Any, An
         ):
             stale.add(memory_id)
     return stale
-
-
-def stale_edges(changes: Sequence[tuple[int, dict[str, tuple[Any, Any]]]]) -> set[int]:
-    """`stale_memories` for edges: the ids of (edge id, {field: (old, new)}) pairs whose edge no longer holds
-    every old value, or is gone."""
-    fields = sorted({name for _, changed in changes for name in changed})
-    if not changes or not fields:
-        return set()
-    ids = [eid for eid, _ in changes]
-    current: dict[int, tuple[Any, ...]] = {}
-    for start in range(0, len(ids), CHECK_CHUNK):
-        rows = Edge.objects.filter(id__in=ids[start : start + CHECK_CHUNK]).values_list("id", *fields)
-        current.update((int(row[0]), row[1:]) for row in rows)
-    at = {name: k for k, name in enumerate(fields)}
-    return {
-        eid
-        for eid, changed in changes
-        if (row := current.get(int(eid))) is None
-        or not all(
-            _same(audit.encode_value(name, row[at[name]]), audit.encode_value(name, old))
-            for name, (old, _) in changed.items()
-        )
-    }
 
 
 def drop_memories(record: EvolutionRecord, ids: Iterable[str]) -> None:
