@@ -195,6 +195,40 @@ def test_list_query_count_does_not_grow_with_rows(
         assert len(rows_in(browser.get(LIST).content.decode())) == 50
 
 
+def test_the_recently_accessed_list_pages_with_one_query_of_rows_and_one_more_where_the_never_accessed_begin(
+    browser: Client, workspace: Workspace, user: Any, django_assert_num_queries: Any
+) -> None:
+    from memories import services
+    from memories.inputs import MemoryInput
+
+    seen = services.memories_create(
+        workspace=workspace, actor=user, items=[MemoryInput(content=f"seen {i}") for i in range(120)]
+    )
+    base = timezone.now() - timedelta(days=1)
+    for i, memory in enumerate(seen):
+        Memory.objects.filter(id=memory.id).update(last_accessed=base + timedelta(minutes=i))
+    never = services.memories_create(
+        workspace=workspace, actor=user, items=[MemoryInput(content=f"never {i}") for i in range(30)]
+    )
+
+    def next_cursor(html: str) -> str:
+        """The cursor of the "next page" link (the page's own cursor appears in other links too)."""
+        found = re.search(r"cursor=([A-Za-z0-9_-]+)&(?:amp;)?page=\d+", html)
+        assert found is not None
+        return found.group(1)
+
+    first = browser.get(LIST, {"ordering": "-accessed"}).content.decode()
+    # As on the first page: session, user, membership+workspace, navigation, pending proposals, the rows.
+    with django_assert_num_queries(6):
+        second = browser.get(LIST, {"ordering": "-accessed", "cursor": next_cursor(first)}).content.decode()
+    assert rows_in(second) == [str(m.id) for m in reversed(seen[20:70])]
+    # The last 20 accessed memories, then the never-accessed ones (newest id first) from one more query.
+    with django_assert_num_queries(7):
+        third = browser.get(LIST, {"ordering": "-accessed", "cursor": next_cursor(second)}).content.decode()
+    tail = sorted((str(m.id) for m in never), reverse=True)
+    assert rows_in(third) == [str(m.id) for m in reversed(seen[:20])] + tail
+
+
 def test_new_workspace_teaches_the_curl_line_with_a_token_created_on_demand_and_shown_once(
     browser: Client, workspace: Workspace, user: Any
 ) -> None:
