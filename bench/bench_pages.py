@@ -495,7 +495,18 @@ def list_scenarios(ctx: Context) -> list[Scenario]:
             "list",
             [base + "?created_after=2025-03-01&created_before=2025-03-31&ordering=created"] * n,
         ),
+        # A search lists best matches first by default; the date orders filter and walk an index instead.
         Scenario("list: full-text search", "list", [base + f"?q={words[i % len(words)]}" for i in range(n)]),
+        Scenario(
+            "list: search, newest first",
+            "list",
+            [base + f"?q={words[i % len(words)]}&ordering=-created" for i in range(n)],
+        ),
+        Scenario(
+            "list: search three words",
+            "list",
+            [base + f"?q={words[i % 12]}+{words[(i + 3) % 12]}+{words[(i + 7) % 12]}" for i in range(n)],
+        ),
         Scenario(
             "list: search two words + type",
             "list",

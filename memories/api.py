@@ -139,7 +139,12 @@ class MemoryListCreateApi(APIView):
             OpenApiParameter("created_after", OpenApiTypes.DATETIME),
             OpenApiParameter("created_before", OpenApiTypes.DATETIME),
             OpenApiParameter("q", str),
-            OpenApiParameter("ordering", str),
+            OpenApiParameter(
+                "ordering",
+                str,
+                description="created, updated, activation, retention or accessed (a leading - for descending), or "
+                "relevance: best match of q first (the default when q has words to search for, else -created)",
+            ),
             OpenApiParameter("cursor", str),
             OpenApiParameter("limit", int),
         ],
@@ -152,10 +157,11 @@ class MemoryListCreateApi(APIView):
             limit = int(request.query_params.get("limit", "50"))
         except ValueError:
             raise InvalidInput("limit: expected an integer", field="limit") from None
+        filters = filters_from_query(request.query_params)
         page = selectors.memory_list(
             workspace=access.workspace,
-            filters=filters_from_query(request.query_params),
-            ordering=request.query_params.get("ordering") or selectors.DEFAULT_ORDERING,
+            filters=filters,
+            ordering=request.query_params.get("ordering") or selectors.default_ordering(filters),
             cursor=request.query_params.get("cursor") or None,
             limit=limit,
         )

@@ -23,6 +23,9 @@ from memories.models import CompressionTier, MemoryType, Status, Tier
 from memories.services import BULK_ACTIONS, BULK_MAX, TAG_MAX_LENGTH
 
 ORDERING_CHOICES = [
+    # No choice: best match while the search has words, newest first otherwise (selectors.default_ordering).
+    ("", "Best match or newest"),
+    (selectors.RELEVANCE, "Best match"),
     ("-created", "Newest first"),
     ("created", "Oldest first"),
     ("-activation", "Most active now"),
@@ -157,7 +160,7 @@ class MemoryListForm(_Form):
         return filters_from_query(self.api_params())
 
     def ordering_value(self) -> str:
-        return str(self.cleaned_data.get("ordering") or selectors.DEFAULT_ORDERING)
+        return str(self.cleaned_data.get("ordering") or selectors.default_ordering(self.filters()))
 
     def is_filtered(self) -> bool:
         """True when anything narrows the list beyond the default (active memories)."""

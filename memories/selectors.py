@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import base64
+import bisect
 import itertools
 import json
 import math
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -22,6 +23,7 @@ from history.models import EvolutionRecord
 from memories import fts_stats
 from memories.algorithms.fts import (
     fts5_expression,
+    index_tokens,
     only_stop_words,
     query_terms,
     rare_term_subset,
@@ -297,13 +299,74 @@ def _fts_ranked(expression: str, workspace_id: int, limit: int) -> list[tuple[in
         return [(int(rowid), as_uuid(mid), float(score)) for rowid, mid, score in cursor.fetchall()]
 
 
+# A prefix is searched as the indexed terms it begins while it begins at most this many (a shorter prefix
+# in a large vocabulary stays a prefix query: slower per probe, never wrong).
+_PREFIX_TERMS_MAX = 32
+
+
+def _list_clauses(terms: list[str]) -> tuple[list[str], list[str]]:
+    """SQLite: one FTS5 clause per term of a list search, and the indexed terms its prefix added.
+
+    The list also finds the words a term begins ("Rabbit" finds RabbitMQ). As a prefix query
+    (``"rabbit"*``) FTS5 merges the doclists of every term the stem begins before it returns a row, and
+    again for each single-row probe: the walk plans probe ~200 rows a page, 5.7 ms each at 1M memories
+    (1.7-2.4 s a page). So the index's own terms that the stem begins are read from the vocabulary
+    table (memories_fts_vocab, migration 0013: a skip from term to term, ~0.3 ms each, one query for all
+    terms) and searched by name: ``"rabbit" OR "rabbitmq"``, whose probes seek each doclist (0.02 ms).
+    FTS5 stems a prefix as it stems a word ("running"* is "run"*), so the range is the term's stem; a
+    term whose name the tokenizer would not keep as it is (a stem of a stem that differs), or a prefix
+    beginning more than _PREFIX_TERMS_MAX terms, stays a prefix query.
+    """
+    stems: dict[int, str] = {}
+    for k, term in enumerate(terms):
+        tokens = index_tokens(term)
+        if fts5_expression([term], prefix=True).endswith("*") and len(tokens) == 1:
+            stems[k] = tokens[0]
+    found: dict[int, list[str]] = {k: [] for k in stems}
+    if stems:
+        seeds = ", ".join(["(%s, %s, %s)"] * len(stems))
+        params: list[Any] = []
+        for k, stem in stems.items():
+            params.extend([k, stem, stem + "\U0010ffff"])
+        # Each step seeks the first term after the last one found (term || char(1)): "term > x" walked
+        # every instance of x (31 ms for a common word), ">=" past it seeks.
+        sql = (
+            f"WITH RECURSIVE p(k, lo, hi) AS (VALUES {seeds}), "
+            "t(k, term, n) AS (SELECT k, (SELECT term FROM memories_fts_vocab WHERE term >= p.lo AND term < p.hi "
+            "LIMIT 1), 1 FROM p UNION ALL SELECT t.k, (SELECT term FROM memories_fts_vocab v WHERE v.term >= "
+            "t.term || char(1) AND v.term < p.hi LIMIT 1), t.n + 1 FROM t JOIN p ON p.k = t.k "
+            f"WHERE t.term IS NOT NULL AND t.n <= {_PREFIX_TERMS_MAX}) "
+            "SELECT k, term FROM t WHERE term IS NOT NULL"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            for k, term in cursor.fetchall():
+                found[int(k)].append(str(term))
+    clauses: list[str] = []
+    added: list[str] = []
+    for k, term in enumerate(terms):
+        names = found.get(k)
+        if names is None:
+            clauses.append(fts5_expression([term]))
+            continue
+        # The term's own stem is what the quoted term matches; the others are searched by their names.
+        others = [n for n in names if n != stems[k]]
+        if len(names) > _PREFIX_TERMS_MAX or any(index_tokens(n) != [n] for n in others):
+            clauses.append(fts5_expression([term], prefix=True))
+        else:
+            added.extend(others)
+            clauses.append(fts5_expression([term, *others]))
+    return clauses, added
+
+
 def _fts_filter(workspace: Workspace, query: str, *, plan_probes: bool = False) -> Q:
     terms = query_terms(query)
     if not terms:
         return Q()
     if connection.vendor == "sqlite":
         # A list search also finds the words a term begins: "Rabbit" finds the memories about RabbitMQ.
-        expression = fts5_expression(terms, prefix=True)
+        # The page (plan_probes) names those words (_list_clauses); elsewhere one query merges the prefix once.
+        expression = " OR ".join(_list_clauses(terms)[0]) if plan_probes else fts5_expression(terms, prefix=True)
         plan = _fts_plan(expression) if plan_probes else "gather"
         # Reading memory_id/workspace_id of every match from the FTS content table costs seconds for
         # a common word at 1M memories, so common words walk the list's ordered index instead and test
@@ -452,6 +515,14 @@ ORDERINGS: dict[str, tuple[str, bool]] = {
     "-accessed": ("last_accessed", True),
 }
 DEFAULT_ORDERING = "-created"
+# Best match first: the list's search ranked as ranked retrieval ranks it (see _ranked_matches); the
+# default ordering of a list with a search (default_ordering).
+RELEVANCE = "relevance"
+
+
+def default_ordering(filters: MemoryFilters) -> str:
+    """The ordering a list gets when none is asked for: best match when it searches, else newest first."""
+    return RELEVANCE if query_terms(filters.q) else DEFAULT_ORDERING
 
 
 @dataclass(frozen=True)
@@ -475,6 +546,8 @@ class MemoryPage:
     next_cursor: str | None
     # The cursor that pages back from this page's first row (None on the first page).
     previous_cursor: str | None = None
+    # Best-match order only: False when the search has more matches than were ranked (see _ranked_matches).
+    ranked_all: bool = True
 
 
 _NULLABLE_COLUMNS = frozenset({"last_accessed"})
@@ -502,7 +575,7 @@ def decode_cursor(cursor: str, ordering: str) -> tuple[Any, uuid.UUID]:
         name, value, mid = decoded
         if name != ordering or not isinstance(mid, str):
             raise invalid
-        column = ORDERINGS[ordering][0]
+        column = ORDERINGS[ordering][0] if ordering in ORDERINGS else ""
         if value is None:
             if column not in _NULLABLE_COLUMNS:
                 raise invalid
@@ -581,10 +654,17 @@ def memory_list(
     With `backward`, the page is the `limit` rows just before `cursor` (the same walk, the other way), still
     in list order; `previous_cursor` is None once the first row is reached.
     """
-    if ordering not in ORDERINGS:
-        raise InvalidInput(f"ordering: {ordering!r} is not one of {', '.join(sorted(ORDERINGS))}", field="ordering")
+    if ordering not in ORDERINGS and ordering != RELEVANCE:
+        names = ", ".join(sorted([*ORDERINGS, RELEVANCE]))
+        raise InvalidInput(f"ordering: {ordering!r} is not one of {names}", field="ordering")
     if not 1 <= limit <= 500:
         raise InvalidInput("limit: must be between 1 and 500", field="limit")
+    if ordering == RELEVANCE:
+        terms = query_terms(filters.q)
+        if terms:
+            return _ranked_list(workspace, filters, terms, cursor=cursor, limit=limit, backward=backward)
+        # Nothing to rank by: the list is newest first, and so are its cursors.
+        ordering = DEFAULT_ORDERING
     column, desc = ORDERINGS[ordering]
     attribute = column.removeprefix(_SCORE_PREFIX)
     backward = backward and bool(cursor)
@@ -648,6 +728,168 @@ def memory_list(
         results=rows,
         next_cursor=cursor_of(rows[-1]) if more else None,
         previous_cursor=cursor_of(rows[0]) if rows and cursor else None,
+    )
+
+
+# Best match ranks the newest RANK_DEPTH matches of the search, and when there are more, the newest
+# RANK_EVERY_DEPTH of those that hold every term (see _ranked_matches).
+RANK_DEPTH = 500
+RANK_EVERY_DEPTH = 100
+
+
+def _hex(value: Any) -> str:
+    """A memory id as 32 hex digits: SQLite returns the stored text as it is, PostgreSQL a UUID."""
+    return value.hex if isinstance(value, uuid.UUID) else str(value)
+
+
+def _ranked_matches(workspace: Workspace, terms: list[str]) -> tuple[list[tuple[str, float]], bool]:
+    """The matches of a list search to rank, as (memory id hex, score) best first, score higher-is-better,
+    ties by id; and whether they are every match.
+
+    Scored as ranked retrieval scores (``lexical_search``): on SQLite FTS5's BM25 of the list's expression
+    (its terms and the indexed words they begin, ``_list_clauses``), again with the workspace's own term
+    statistics when other workspaces share the index (``fts_stats.rescored``); on PostgreSQL ts_rank of the
+    stored vector for the prefix tsquery. Ranking a match reads its row (bm25() its sizes, ts_rank its
+    vector): ranking every match of a word in a quarter of 1M memories took 0.35-0.87 s on SQLite, so at
+    most RANK_DEPTH + RANK_EVERY_DEPTH rows are ranked: the newest RANK_DEPTH matches, and when those are
+    not all, the newest RANK_EVERY_DEPTH that hold every term too (BM25's best for a search of several
+    words: "jwt session cookie" finds the memories naming all three first however common "session" is).
+    A match outside both is not listed in this order; the date orders list every match. A row scores the
+    same from either query (BM25 sums over the expression's phrases whatever joins them; PostgreSQL ranks
+    both by the OR query). Costs at 1M memories, words each in a quarter of them: bm25() first counts each
+    phrase's rows (its idf), ~6 ms a phrase and query on SQLite; PostgreSQL walks the newest memories
+    until enough hold every term, 45k rows (156 ms) for 500 rows of three such words, hence the smaller
+    RANK_EVERY_DEPTH.
+    """
+    depth = RANK_DEPTH
+    found: list[tuple[Any, Any, float]] = []
+    if connection.vendor == "sqlite":
+        clauses, added = _list_clauses(terms)
+        newest = (
+            "SELECT rowid, memory_id, -bm25(memories_fts) FROM memories_fts WHERE memories_fts MATCH %s "
+            "AND workspace_id = %s ORDER BY rowid DESC LIMIT %s"
+        )
+        expressions = [" OR ".join(clauses), " AND ".join(f"({c})" for c in clauses)]
+        with connection.cursor() as cursor:
+            for k, expression in enumerate(expressions[: 2 if len(clauses) > 1 else 1]):
+                cursor.execute(newest, [expression, workspace.pk, RANK_EVERY_DEPTH if k else depth])
+                rows = cursor.fetchall()
+                found += rows
+                if k == 0 and len(rows) < depth:
+                    break
+        ranked_all = len(found) < depth
+        counts = fts_stats.workspace_counts(workspace.pk)
+        if not counts.whole:
+            unique = {int(rowid): (as_uuid(mid), float(score)) for rowid, mid, score in found}
+            hits = [(rowid, mid, score) for rowid, (mid, score) in unique.items()]
+            hits.sort(key=lambda hit: (-hit[2], hit[1].hex))
+            rescored = fts_stats.rescored(hits, list(dict.fromkeys([*terms, *added])), counts)
+            found = [(None, mid, score) for mid, score in rescored]
+    else:
+        config = _pg_config(terms)
+        any_term = tsquery_expression(terms, prefix=True)
+        if not any_term:
+            return [], True
+        found = [
+            (None, m, v)
+            for m, v in _pg_ranked_rows(workspace.pk, config, any_term, any_term, depth, None, newest=depth)
+        ]
+        ranked_all = len(found) < depth
+        parts = [p for p in (tsquery_expression([t], prefix=True) for t in terms) if p]
+        if not ranked_all and len(parts) > 1:
+            every_term = " & ".join(f"({p})" for p in parts)
+            every = RANK_EVERY_DEPTH
+            rows = _pg_ranked_rows(workspace.pk, config, every_term, any_term, every, None, newest=every)
+            found += [(None, m, v) for m, v in rows]
+    scores = {_hex(mid): float(score) for _, mid, score in found}
+    return sorted(scores.items(), key=lambda hit: (-hit[1], hit[0])), ranked_all
+
+
+def _ranked_list(
+    workspace: Workspace,
+    filters: MemoryFilters,
+    terms: list[str],
+    *,
+    cursor: str | None,
+    limit: int,
+    backward: bool,
+) -> MemoryPage:
+    """One page of a list search in best-match order: keyset on (score, id) over a bounded ranked set.
+
+    The ranked set (``_ranked_matches``: a bounded number of matches, scored) is made again for each
+    page, narrowed by the list's other filters in one query of ids, and the page is the ``limit`` rows
+    after the cursor's (score, id) in (score descending, id) order, read in one more query: five to seven
+    queries a page whatever its depth (the prefixes' words, one or two ranking queries, the index's newest
+    row for its statistics, the ids, the rows), and no page repeats or skips a row while the memories do
+    not change. A write between two pages can move scores (BM25 weighs a term by how many rows hold it),
+    so a row near the cursor may then appear on both pages or on neither; the date orders page by stored
+    columns and do not.
+    """
+    scored, ranked_all = _ranked_matches(workspace, terms)
+    kept: set[str] = set()
+    if scored:
+        others = memory_queryset(workspace=workspace, filters=replace(filters, q=""))
+        if connection.vendor == "sqlite":
+            # One JSON parameter, however many ids (SQLite stores them as 32 hex digits).
+            within = others.filter(
+                RawSQL(
+                    '"memories_memory"."id" IN (SELECT value FROM json_each(%s))',
+                    (json.dumps([mid for mid, _ in scored]),),
+                    output_field=BooleanField(),
+                )
+            )
+        else:
+            within = others.filter(id__in=[uuid.UUID(mid) for mid, _ in scored])
+        # Raw ids, not model values: converting ~1,000 of them to UUIDs cost more than the query.
+        sql, params = within.order_by().values_list("id").query.sql_with_params()
+        with connection.cursor() as db:
+            db.execute(sql, params)
+            kept = {_hex(row[0]) for row in db.fetchall()}
+    order = [(mid, score) for mid, score in scored if mid in kept]
+    keys = [(-score, mid) for mid, score in order]
+    backward = backward and bool(cursor)
+    start, end = 0, len(order)
+    if cursor:
+        value, last_id = decode_cursor(cursor, RELEVANCE)
+        # The cursor's row itself is on neither side (it may have left the set since: the bound still holds).
+        key = (-float(value), last_id.hex)
+        if backward:
+            end = bisect.bisect_left(keys, key)
+        else:
+            start = bisect.bisect_right(keys, key)
+    if backward:
+        chosen = order[max(end - limit, 0) : end]
+        more = end - limit > 0
+    else:
+        chosen = order[start : start + limit]
+        more = start + limit < len(order)
+    page_ids = [uuid.UUID(mid) for mid, _ in chosen]
+    rows_by_id = (
+        {
+            m.id: m
+            for m in Memory.objects.filter(id__in=page_ids).select_related("score").defer("embedding", "snapshots")
+        }
+        if page_ids
+        else {}
+    )
+    rows = [rows_by_id[mid] for mid in page_ids if mid in rows_by_id]
+    score_of = {uuid.UUID(mid): score for mid, score in chosen}
+
+    def cursor_of(memory: Memory) -> str:
+        return encode_cursor(RELEVANCE, score_of[memory.id], memory.id)
+
+    if backward:
+        return MemoryPage(
+            results=rows,
+            next_cursor=cursor_of(rows[-1]) if rows else cursor,
+            previous_cursor=cursor_of(rows[0]) if rows and more else None,
+            ranked_all=ranked_all,
+        )
+    return MemoryPage(
+        results=rows,
+        next_cursor=cursor_of(rows[-1]) if rows and more else None,
+        previous_cursor=cursor_of(rows[0]) if rows and cursor else None,
+        ranked_all=ranked_all,
     )
 
 

@@ -167,12 +167,16 @@ def memory_list(request: HttpRequest, ws: str) -> HttpResponse:
     error = ""
     status = 200
     empty_workspace = False
+    # Best match first (a search with the default or the "Best match" order); False: more matched than ranked.
+    ranked: bool | None = None
     if form.is_valid():
         try:
+            filters = form.filters()
+            ordering = form.ordering_value()
             page = selectors.memory_list(
                 workspace=access.workspace,
-                filters=form.filters(),
-                ordering=form.ordering_value(),
+                filters=filters,
+                ordering=ordering,
                 cursor=request.GET.get("before") or request.GET.get("cursor") or None,
                 limit=PAGE_SIZE,
                 plan_probes=True,
@@ -186,6 +190,8 @@ def memory_list(request: HttpRequest, ws: str) -> HttpResponse:
             rows = [build(m) for m in page.results]
             next_cursor = page.next_cursor
             previous_cursor = page.previous_cursor
+            if ordering == selectors.default_ordering(filters) == selectors.RELEVANCE and rows:
+                ranked = page.ranked_all
             if not rows and not request.GET.get("cursor") and not request.GET.get("before") and not form.is_filtered():
                 empty_workspace = not selectors.workspace_has_memories(workspace=access.workspace)
     else:
@@ -196,6 +202,8 @@ def memory_list(request: HttpRequest, ws: str) -> HttpResponse:
         "access": access,
         "form": form,
         "rows": rows,
+        "ranked": ranked,
+        "rank_depth": selectors.RANK_DEPTH,
         "error": error,
         "empty_workspace": empty_workspace,
         "token": token,
