@@ -839,7 +839,15 @@ def _ranked_list(
                 )
             )
         else:
-            within = others.filter(id__in=[uuid.UUID(mid) for mid, _ in scored])
+            # From the array, not "id = ANY(array)": with a type filter the planner ANDed a bitmap of the
+            # type index (125k rows at 1M memories, 19.5 ms) where looking up each id costs 2.4 ms.
+            within = others.filter(
+                RawSQL(
+                    '"memories_memory"."id" IN (SELECT unnest(%s::uuid[]))',
+                    ([uuid.UUID(mid) for mid, _ in scored],),
+                    output_field=BooleanField(),
+                )
+            )
         # Raw ids, not model values: converting ~1,000 of them to UUIDs cost more than the query.
         sql, params = within.order_by().values_list("id").query.sql_with_params()
         with connection.cursor() as db:
