@@ -104,6 +104,24 @@ def test_more_occurrences_of_a_rare_word_rank_higher(workspace: Workspace) -> No
     assert ranked(workspace, "kafka queue") == [twice.id, once.id, common.id]
 
 
+@pytest.mark.parametrize("others", [0, 60])
+def test_best_match_orders_as_ranked_retrieval_does_whoever_else_shares_the_index(
+    workspace: Workspace, other_workspace: Workspace, others: int
+) -> None:
+    """Another workspace's rows change the index's statistics, not this workspace's order."""
+    _graded(workspace, 14)
+    create(other_workspace, [f"lag lag lag elsewhere {i}" for i in range(others)])
+    fts_stats.forget()
+    retrieval = selectors.lexical_search(workspace=workspace, query="lag", limit=50, statuses=None)
+    listed = selectors.memory_list(workspace=workspace, filters=MemoryFilters(q="lag"), ordering=RELEVANCE)
+    # Equal scores may come in either order from the two; the scores themselves are the same.
+    by_id = dict(retrieval)
+    assert {m.id for m in listed.results} == set(by_id)
+    scores = [by_id[m.id] for m in listed.results]
+    assert scores == sorted(scores, reverse=True)
+    assert [score for _, score in retrieval] == pytest.approx(scores, rel=1e-9)
+
+
 def test_best_match_is_the_default_order_of_a_search_and_newest_first_without_one(workspace: Workspace) -> None:
     assert selectors.default_ordering(MemoryFilters(q="jwt session")) == RELEVANCE
     assert selectors.default_ordering(MemoryFilters(q="?!")) == selectors.DEFAULT_ORDERING
