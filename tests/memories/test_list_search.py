@@ -295,6 +295,10 @@ def test_a_prefix_beginning_too_many_words_stays_a_prefix_query(
     monkeypatch.setattr(selectors, "_PREFIX_TERMS_MAX", 2)
     if connection.vendor == "sqlite":
         assert selectors._list_clauses(["running"])[0] == ['"running" OR "running"*']
+        # Common enough to walk the list's index: the match set is built once, never probed row by row.
+        monkeypatch.setattr(selectors, "_COMMON_MIN", 1)
+        assert selectors._fts_plan('"running" OR "running"*') == "walk_in"
+        assert selectors._fts_plan('"running"') == "walk_exists"
     page = selectors.memory_list(workspace=workspace, filters=MemoryFilters(q="running"), plan_probes=True)
     assert len(page.results) == 4
 
