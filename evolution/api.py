@@ -238,7 +238,7 @@ class EvolutionRunDetailApi(APIView):
 class EvolutionRunCancelApi(APIView):
     @extend_schema(request=None, responses={200: RunOut, **ERRORS}, operation_id="evolution_run_cancel")
     def post(self, request: Request, ws: str, run_id: str) -> Response:
-        """Cancel a queued run, or stop a running one before its next evolver (409 once it finished)."""
+        """Cancel a queued run, or stop a running one before its next write (409 once it finished)."""
         access = memory_selectors.workspace_access(user=request.user, slug=ws, require="edit")
         run = selectors.run_get(workspace=access.workspace, run_id=run_id)
         return Response(run_json(jobs.run_cancel(workspace=access.workspace, run=run, actor=request.user)))

@@ -15,7 +15,7 @@ a run whose heartbeat is older than the lease (``EVOLUTION_RUN_LEASE_SECONDS``) 
 died and is taken over. The taken-over run resumes after the last evolver whose transaction committed
 (the run summary commits with that evolver's writes, see evolution.runner), so nothing is applied twice
 and nothing is lost; the worker it was taken from stops before its next evolver. Cancelling a queued run
-ends it at once; a running one stops before its next evolver (what committed stays, revertible).
+ends it at once; a running one stops before its next write transaction (what committed stays, revertible).
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def run_enqueue(
 
 
 def run_cancel(*, workspace: Workspace, run: EvolutionRun, actor: User | None) -> EvolutionRun:
-    """Cancel a queued run at once, or ask a running one to stop before its next evolver.
+    """Cancel a queued run at once, or ask a running one to stop before its next write.
 
     A finished run is a Conflict (409 ``run_finished``). Returns the run as it is now.
     """

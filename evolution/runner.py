@@ -1,6 +1,8 @@
 """The cycle runner: evolvers in cycle order, their writes in short transactions, each failure contained.
 
-A run asked to stop (``cancel_requested``) stops before its next evolver; a run that already has summary
+A run asked to stop (``cancel_requested``) stops before its next evolver, or inside a chunked evolver before
+its next write transaction (what committed stays: each record is whole and revertible, and the evolver's
+entry says ``cancelled`` with the records it wrote); a run that already has summary
 entries (taken over from a worker that died, see evolution.jobs) skips the evolvers they name; a worker
 whose run another worker took over stops before its next evolver, and before its next transaction.
 
@@ -302,9 +304,10 @@ def cycle_run(
 ) -> EvolutionRun:
     """Run `names` (already resolved, in cycle order) for `run`; returns the finished run.
 
-    run.summary = {"evolvers": [{name, status: ok|failed, error, records, seconds, stats, state}],
-    "counts": {"records", "ok", "failed"}}. Status: completed when at least one evolver succeeded (or
-    none was asked for), failed when every evolver failed.
+    run.summary = {"evolvers": [{name, status: ok|failed|cancelled, error, records, seconds, stats, state}],
+    "counts": {"records", "ok", "failed"}}. Status: cancelled when asked to stop before its last evolver
+    finished, else completed when at least one evolver succeeded (or none was asked for), failed when every
+    evolver failed.
     """
     with (
         worker_lock_wait(),
@@ -363,10 +366,13 @@ def _cycle(
         _publish(workspace.pk, {"run_id": str(run.id), "evolver": name, "outcome": entry["status"]})
         if on_progress is not None:
             on_progress({"evolver": name, "index": index, "done": index + 1, "total": total, "result": entry})
+        if entry["status"] == "cancelled":
+            cancelled = True
+            break
     failed = sum(1 for e in entries if e["status"] == "failed")
     run.summary["counts"] = {
         "records": sum(e["records"] for e in entries),
-        "ok": len(entries) - failed,
+        "ok": sum(1 for e in entries if e["status"] == "ok"),
         "failed": failed,
     }
     if cancelled:
@@ -507,14 +513,18 @@ def _let_others_in(held: float) -> None:
         time.sleep(min(max(held, 0.005), MAX_PAUSE_SECONDS))
 
 
-def _hold(run: EvolutionRun) -> None:
+def _hold(run: EvolutionRun) -> bool:
     """The first statements of every write transaction of a run: the run must still be this worker's (a run
     taken over by another worker raises RunTakenOver; on PostgreSQL the row lock orders this transaction
-    and the takeover), and the workspace row serialises writers of the workspace on PostgreSQL."""
-    owner = EvolutionRun.objects.select_for_update().filter(pk=run.pk).values_list("worker", flat=True).first()
+    and the takeover), and the workspace row serialises writers of the workspace on PostgreSQL. Returns
+    whether someone has asked the run to stop (read from the same row, at no extra query)."""
+    owner, cancel = EvolutionRun.objects.select_for_update().filter(pk=run.pk).values_list(
+        "worker", "cancel_requested"
+    ).first() or (None, False)
     if owner is not None and owner != run.worker:
         raise RunTakenOver(f"run {run.pk} now belongs to {owner}")
     Workspace.objects.select_for_update().filter(pk=run.workspace_id).values_list("pk").first()
+    return bool(cancel)
 
 
 def _chunked(
@@ -527,7 +537,11 @@ def _chunked(
     started: float,
 ) -> dict[str, Any]:
     """Plan outside any transaction, then commit the units in transactions of at most about
-    `transaction_seconds` (at least one unit each), the summary entry in the last one."""
+    `transaction_seconds` (at least one unit each), the summary entry in the last one.
+
+    A run asked to stop commits no further unit: the transaction that sees the request writes the entry
+    as ``cancelled`` (records written so far, ``units_left``), so a stop takes effect within one
+    transaction instead of at the end of an evolver that may write for minutes."""
     with deferred_writes() as session, _planning(handoff):
         result = evolver.evolve(run.workspace, dry_run=run.dry_run, run=run, now=now)
     queued = {id(record) for unit in session.units for record in unit.records}
@@ -543,8 +557,8 @@ def _chunked(
         with transaction.atomic():
             # On SQLite the transaction began IMMEDIATE: from here the database is this worker's.
             began = time.perf_counter()
-            _hold(run)
-            while units:
+            stop = _hold(run) and bool(units)
+            while units and not stop:
                 unit_began = time.perf_counter()
                 unit = units.popleft()
                 records, stale = unit.apply() if unit.apply is not None else (unit.records, 0)
@@ -556,12 +570,14 @@ def _chunked(
                 # Another unit only if one as long as the longest so far still ends within the budget.
                 if done - began + longest_unit > budget:
                     break
-            if not units:
+            if stop or not units:
                 entry = _entry(name, result, saved, started)
                 entry.update(
                     transactions=held.count + 1,
                     longest_transaction_ms=round(max(held.longest, time.perf_counter() - began) * 1000, 1),
                 )
+                if stop:
+                    entry.update(status="cancelled", error="stopped on request", units_left=len(units))
                 if skipped:
                     entry["skipped_changed"] = skipped
                 entries.append(entry)

@@ -847,7 +847,7 @@ def run_apply(request: HttpRequest, ws: str, run_id: uuid.UUID) -> HttpResponse:
 @require_POST
 @domain_errors
 def run_cancel(request: HttpRequest, ws: str, run_id: uuid.UUID) -> HttpResponse:
-    """Cancel a queued run, or stop a running one before its next evolver."""
+    """Cancel a queued run, or stop a running one before its next write transaction."""
     access = _edit(request, ws)
     run = _run(access, run_id)
     try:
@@ -856,7 +856,8 @@ def run_cancel(request: HttpRequest, ws: str, run_id: uuid.UUID) -> HttpResponse
         messages.error(request, f"Not cancelled: {exc.detail}")
     else:
         stopped = now.status == RunStatus.CANCELLED
-        messages.success(request, "Cancelled." if stopped else "Stopping after this evolver.")
+        stopping = "Stopping before the run's next write: what it wrote stays and can be reverted."
+        messages.success(request, "Cancelled." if stopped else stopping)
     return redirect(_url("run", ws, run_id=run.id))
 
 

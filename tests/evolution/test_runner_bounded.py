@@ -86,9 +86,10 @@ def commits(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, int]]:
         done.append(dict(current))
         current.update(rows=0, records=0)
 
-    def counted_hold(run: EvolutionRun) -> None:
-        hold(run)
+    def counted_hold(run: EvolutionRun) -> bool:
+        stop = hold(run)
         transaction.on_commit(committed)
+        return stop
 
     def counted_write(updates: Any) -> int:
         n = write(updates)
@@ -188,6 +189,48 @@ def test_a_run_interrupted_between_units_is_consistent_and_the_takeover_applies_
     services.run_revert(workspace=kit.workspace, run=done, actor=kit.user)
     after_revert = dict(MemoryScore.objects.filter(workspace=kit.workspace).values_list("memory", "retention_score"))
     assert after_revert == original
+
+
+@pytest.mark.django_db
+@pytest.mark.api
+def test_a_run_asked_to_stop_inside_an_evolver_stops_before_its_next_transaction_and_reverts_whole(
+    kit: Any, small_units: None, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """Cancel reaches a long evolver between two of its transactions: what committed stays (whole records,
+    revertible), nothing more is written, the next evolver never starts and the entry says so."""
+    settings.EVOLUTION_WORKER = "external"
+    _episodes(kit, 100)
+    before = kit.memory_rows()
+    run = jobs.run_enqueue(
+        workspace=kit.workspace, actor=None, evolvers=["ExponentialDecay", "RetrievalBasedStrengthening"], dry_run=False
+    )
+    claimed = jobs.claim(run.pk, "w1")
+    assert claimed is not None
+    original = base._apply_span
+    calls = [0]
+
+    def apply_then_cancel(*args: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 1:
+            # A person presses Stop while the first unit writes (the request commits on its own connection
+            # in production; here it is the runner's, which commits with the unit).
+            jobs.run_cancel(workspace=kit.workspace, run=EvolutionRun.objects.get(pk=run.pk), actor=None)
+        return original(*args)
+
+    monkeypatch.setattr(base, "_apply_span", apply_then_cancel)
+    done = jobs.work(claimed)
+
+    assert done.status == RunStatus.CANCELLED
+    (entry,) = done.summary["evolvers"]
+    assert entry["name"] == "ExponentialDecay" and entry["status"] == "cancelled"
+    assert entry["records"] == 1 and entry["units_left"] == 2 and calls[0] == 1
+    assert done.summary["counts"] == {"records": 1, "ok": 0, "failed": 0}
+    (record,) = EvolutionRecord.objects.filter(run=run)
+    changed = {str(m) for m, row in kit.memory_rows().items() if row != before[m]}
+    assert changed == {key for key in record.after if key != base.REASONS} and len(changed) == 40
+
+    services.run_revert(workspace=kit.workspace, run=done, actor=kit.user)
+    assert kit.memory_rows() == before
 
 
 @pytest.mark.django_db
