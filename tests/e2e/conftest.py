@@ -17,6 +17,10 @@ What the fixtures offer (reuse them for the inspector, proposals and evolution p
   real login through the login form), 1280x900, 10 s default timeout. A failing test leaves a
   screenshot `failed-<test name>.png`.
 - `screenshot(page, name, full_page=True)`: save a PNG to `$TEST_OUTPUT_DIR/screenshots/<name>.png`.
+- A module that needs a server configured otherwise (an LLM endpoint it controls, say) starts its own:
+  `with e2e_serve(name, **env) as server` (same embedded configuration plus `env`, own database),
+  `e2e_login(browser, server, username, password)` for a storage state, and `page_for(server, state)`
+  for pages with the same checks as `page`.
 
 Mark browser tests `@pytest.mark.e2e`. They need no in-process database: everything goes through the
 server, exactly as a person would.
@@ -34,6 +38,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Generator, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,14 +158,13 @@ class E2EServer:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
 
 
-@pytest.fixture(scope="session")
-def e2e_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EServer]:
-    work = output_dir() / "e2e"
+@contextmanager
+def serve(name: str, db_path: Path, extra_env: dict[str, str] | None = None) -> Iterator[E2EServer]:
+    """daphne on a free port against its own migrated SQLite file `db_path`, log in
+    `$TEST_OUTPUT_DIR/<name>/daphne.log`; `extra_env` is added to the embedded configuration (an LLM
+    endpoint a test controls, say). Stopped when the block ends."""
+    work = output_dir() / name
     work.mkdir(parents=True, exist_ok=True)
-    # Failure screenshots of an earlier run would be mistaken for this run's.
-    for stale in (output_dir() / "screenshots").glob("failed-*.png"):
-        stale.unlink()
-    db_path = tmp_path_factory.mktemp("e2e-db") / "e2e.sqlite3"
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if k not in _SCALE_VARIABLES}
@@ -177,6 +181,7 @@ def e2e_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EServer]:
         SCHEDULER_ENABLED="false",
         PYTHONUNBUFFERED="1",
     )
+    env.update(extra_env or {})
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=300
     )
@@ -214,6 +219,26 @@ def e2e_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EServer]:
             process.kill()
             process.wait(timeout=5)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def e2e_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EServer]:
+    # Failure screenshots of an earlier run would be mistaken for this run's.
+    for stale in (output_dir() / "screenshots").glob("failed-*.png"):
+        stale.unlink()
+    with serve("e2e", tmp_path_factory.mktemp("e2e-db") / "e2e.sqlite3") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def e2e_serve(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., AbstractContextManager[E2EServer]]:
+    """`with e2e_serve(name, **env) as server:` another server like `e2e_server`, with `env` added (a
+    module's own configuration), on a database of its own."""
+
+    def start(name: str, **extra_env: str) -> AbstractContextManager[E2EServer]:
+        return serve(f"e2e-{name}", tmp_path_factory.mktemp(f"e2e-{name}-db") / "e2e.sqlite3", extra_env)
+
+    return start
 
 
 @dataclass(frozen=True)
@@ -292,14 +317,13 @@ def browser(playwright_instance: Playwright) -> Iterator[Browser]:
     browser.close()
 
 
-@pytest.fixture(scope="session")
-def logged_in_state(browser: Browser, e2e_server: E2EServer, e2e_user: Credentials) -> dict[str, Any]:
-    """Log in once through the real login form and keep the session cookie for every test."""
-    context = browser.new_context(base_url=e2e_server.url)
+def login_state(browser: Browser, server: E2EServer, username: str, password: str) -> dict[str, Any]:
+    """Log in once through the real login form of `server`; returns the storage state (session cookie)."""
+    context = browser.new_context(base_url=server.url)
     page = context.new_page()
     page.goto("/accounts/login/")
-    page.get_by_label("Username").fill(e2e_user.username)
-    page.get_by_label("Password").fill(e2e_user.password)
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Log in").click()
     page.wait_for_load_state("load")
     if "/accounts/login/" in page.url:
@@ -307,6 +331,18 @@ def logged_in_state(browser: Browser, e2e_server: E2EServer, e2e_user: Credentia
     state: dict[str, Any] = dict(context.storage_state())
     context.close()
     return state
+
+
+@pytest.fixture(scope="session")
+def e2e_login() -> Callable[[Browser, E2EServer, str, str], dict[str, Any]]:
+    """`login_state` for a module's own server (`e2e_serve`)."""
+    return login_state
+
+
+@pytest.fixture(scope="session")
+def logged_in_state(browser: Browser, e2e_server: E2EServer, e2e_user: Credentials) -> dict[str, Any]:
+    """Log in once through the real login form and keep the session cookie for every test."""
+    return login_state(browser, e2e_server, e2e_user.username, e2e_user.password)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -323,27 +359,41 @@ _FAILED = pytest.StashKey[bool]()
 
 
 @pytest.fixture
+def page_for(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Callable[[E2EServer, dict[str, Any]], Page]]:
+    """`page_for(server, storage_state)`: a fresh logged-in context on `server` as `page` is (1280x900,
+    10 s default timeout, a screenshot when the test fails, no JavaScript error nor CSP block allowed)."""
+    opened: list[tuple[BrowserContext, Page, list[str], list[str]]] = []
+
+    def make(server: E2EServer, state: dict[str, Any]) -> Page:
+        context: BrowserContext = browser.new_context(
+            base_url=server.url,
+            storage_state=state,  # type: ignore[arg-type]
+            viewport={"width": 1280, "height": 900},
+        )
+        context.set_default_timeout(10_000)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        # Chromium reports what the Content-Security-Policy blocked (a script, a style, a socket) as a console error.
+        blocked: list[str] = []
+        page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
+        opened.append((context, page, errors, blocked))
+        return page
+
+    yield make
+    for context, page, errors, blocked in opened:
+        if request.node.stash.get(_FAILED, False):
+            save_screenshot(page, f"failed-{request.node.name}")
+        context.close()
+        assert not errors, f"JavaScript errors on the page: {errors}"
+        assert not blocked, f"blocked by the Content-Security-Policy: {blocked}"
+
+
+@pytest.fixture
 def page(
-    browser: Browser, e2e_server: E2EServer, logged_in_state: dict[str, Any], request: pytest.FixtureRequest
-) -> Iterator[Page]:
-    context: BrowserContext = browser.new_context(
-        base_url=e2e_server.url,
-        storage_state=logged_in_state,  # type: ignore[arg-type]
-        viewport={"width": 1280, "height": 900},
-    )
-    context.set_default_timeout(10_000)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    # Chromium reports what the Content-Security-Policy blocked (a script, a style, a socket) as a console error.
-    blocked: list[str] = []
-    page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
-    yield page
-    if request.node.stash.get(_FAILED, False):
-        save_screenshot(page, f"failed-{request.node.name}")
-    context.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
-    assert not blocked, f"blocked by the Content-Security-Policy: {blocked}"
+    page_for: Callable[[E2EServer, dict[str, Any]], Page], e2e_server: E2EServer, logged_in_state: dict[str, Any]
+) -> Page:
+    return page_for(e2e_server, logged_in_state)
 
 
 def save_screenshot(page: Page, name: str, full_page: bool = True) -> Path:
