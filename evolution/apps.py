@@ -16,8 +16,10 @@ class EvolutionConfig(AppConfig):
         register_write_policy(write_policy_hook)
 
         # The engine registers what approving and rejecting a strategy proposal does; evolution.merges and
-        # evolution.dream_proposals what approving a merge, a reflection or a promotion does.
+        # evolution.dream_proposals what approving a merge, a reflection or a promotion does; evolution.forgetting
+        # what approving a forget proposal does (and registers its policy settings).
         import evolution.dream_proposals
         import evolution.engine
+        import evolution.forgetting
         import evolution.jobs  # registers the cycle schedule setting
         import evolution.merges  # noqa: F401

@@ -99,6 +99,8 @@ class ProposalKind(models.TextChoices):
     MERGE = "merge"
     REFLECTION = "reflection"
     CONFLICT = "conflict"
+    # TOMBSTONE -> FORGOTTEN steps of the compression ladder (evolution.forgetting): never applied unasked.
+    FORGET = "forget"
 
 
 class ProposalStatus(models.TextChoices):

@@ -10,9 +10,10 @@ from datetime import datetime
 from typing import Any, Final
 
 from django.urls import reverse
+from django.utils import timezone
 
 from core.errors import InvalidInput
-from evolution import engine, engine_inputs, merges, page_selectors, proposals
+from evolution import engine, engine_inputs, forgetting, merges, page_selectors, proposals
 from evolution.algorithms.engine import REVIEW_TASK_TYPE
 from evolution.models import Proposal, ProposalKind, ProposalStatus
 from memories.models import EdgeType, Memory, MemoryType, Status
@@ -287,6 +288,39 @@ def _promotion_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], url
     )
 
 
+def _forget_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: MemoryUrls) -> Preview:
+    """Each tombstone that approving would forget, from the rows as they are now."""
+    payload = proposal_payload(proposal)
+    try:
+        ids = forgetting.forget_ids(payload, proposal.source_ids)
+        after_days = forgetting.forget_after_days_of(payload)
+    except InvalidInput as exc:
+        return Preview(problems=[f"Not applicable as it stands: {exc.detail}"])
+    preview = Preview(
+        notes=[
+            "Each memory becomes forgotten: it leaves every search and working context and its row keeps only "
+            "its id, edges and history. Nothing is deleted: the change is one record that keeps what the rows "
+            "held, and reverting it brings them back exactly. What people wrote is never forgotten this way."
+        ]
+    )
+    now = timezone.now()
+    for ref in memory_refs(ids, rows, urls):
+        m = ref.memory
+        why = "no longer exists" if m is None else forgetting.why_not_forgettable(m, after_days=after_days, now=now)
+        if m is None or why:
+            preview.problems.append(f"Memory {ref.id} is left as it is: {why}.")
+            continue
+        changes = [
+            Change("compression_tier", "TOMBSTONE", "FORGOTTEN"),
+            Change("status", str(m.status), Status.FORGOTTEN),
+            Change("content", excerpt(m.content), "(empty)"),
+        ]
+        preview.changes.append(RowChange(ref, changes, f"{(now - m.created_at).days} days old"))
+    if not preview.changes:
+        preview.problems.append("No memory of this proposal can be forgotten now: approving will be refused.")
+    return preview
+
+
 def _generic_preview(proposal: Proposal) -> Preview:
     # Read-only look at the registry: the preview must say whether approval changes anything at all.
     if proposals._APPLIERS.get(proposal.kind) is None:
@@ -312,6 +346,8 @@ def proposal_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls:
         return _reflection_preview(proposal)
     if proposal.kind == ProposalKind.PROMOTION:
         return _promotion_preview(proposal, rows, urls)
+    if proposal.kind == ProposalKind.FORGET:
+        return _forget_preview(proposal, rows, urls)
     return _generic_preview(proposal)
 
 
@@ -339,6 +375,7 @@ class Card:
 _SHOWN_KEYS: Final = frozenset(
     {"content", "rule", "summarizes", "options", "vetoes", "evidence", "proposed"}
     | {"group", "contents", "before", "after"}
+    | {"forget", "activation", "age_days"}
 )
 
 

@@ -271,6 +271,57 @@ def compression_rows(*, workspace: Workspace, now: datetime) -> list[tuple[str, 
     ]
 
 
+def tombstone_rows(*, workspace: Workspace, now: datetime) -> list[tuple[str, float, float, int, int]]:
+    """TOMBSTONE memories the forgetting policy may consider, in the shape of ``compression_rows``: (id,
+    activation decayed to ``now``, created_at epoch seconds, origin_tier, compression_tier).
+
+    Active or archived, unpinned, not of origin tier 1, and in no forget proposal yet (one pending waits for
+    a person; a rejected one was a person's "keep it"; an approved one that was reverted, too).
+    """
+    asked = forget_proposed_ids(workspace=workspace)
+    rows = list(
+        Memory.objects.filter(
+            workspace=workspace,
+            status__in=[Status.ACTIVE, Status.ARCHIVED],
+            pinned=False,
+            compression_tier=CompressionTier.TOMBSTONE,
+        )
+        .exclude(origin_tier=PROTECTED_ORIGIN_TIER)
+        .values_list(
+            IdText("id"),
+            "activation_score",
+            EpochSeconds("activation_last_boost_at"),
+            "activation_half_life_hours",
+            EpochSeconds("created_at"),
+            "origin_tier",
+        )
+    )
+    rows = [r for r in rows if r[0] not in asked]
+    if not rows:
+        return []
+    n = len(rows)
+    boosted = np.array([np.nan if r[2] is None else float(r[2]) for r in rows], dtype=np.float64)
+    activation = decayed_activation_array(
+        np.fromiter((r[1] for r in rows), np.float64, n),
+        (now.timestamp() - boosted) / 3600.0,
+        np.fromiter((r[3] for r in rows), np.float64, n),
+    )
+    return [
+        (r[0], float(a), float(r[4]), int(r[5]), int(CompressionTier.TOMBSTONE))
+        for r, a in zip(rows, activation.tolist(), strict=True)
+    ]
+
+
+def forget_proposed_ids(*, workspace: Workspace) -> set[str]:
+    """Memory ids named by any forget proposal of the workspace, whatever its state."""
+    found: set[str] = set()
+    for ids in Proposal.objects.filter(workspace=workspace, kind=ProposalKind.FORGET).values_list(
+        "source_ids", flat=True
+    ):
+        found.update(str(i) for i in ids or ())
+    return found
+
+
 def compression_contents(*, workspace: Workspace, ids: Sequence[str]) -> dict[str, tuple[str, list[dict[str, Any]]]]:
     found: dict[str, tuple[str, list[dict[str, Any]]]] = {}
     for start in range(0, len(ids), _IN_CHUNK):

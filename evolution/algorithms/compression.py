@@ -1,7 +1,8 @@
 """Compression ladder: FULL -> SUMMARY -> SKELETON -> TOMBSTONE -> FORGOTTEN, only downward.
 
 Target by stored activation: >= 0.40 FULL; >= 0.15 SUMMARY; >= 0.05 SKELETON; below 0.05 SKELETON until
-the memory is 30 days old, then TOMBSTONE. FORGOTTEN is reached only by explicit action, never here.
+the memory is 30 days old, then TOMBSTONE. FORGOTTEN is never a target of the ladder: `forget_mask` only
+selects the tombstones a workspace policy may *propose* to forget, and a person decides.
 Memories of origin tier 1 (user:, cli:, api:, import:) never leave their current tier automatically.
 """
 
@@ -25,6 +26,9 @@ SKELETON_MIN_ACTIVATION = 0.05
 TOMBSTONE_MIN_AGE_DAYS = 30.0
 PROTECTED_ORIGIN_TIER = 1
 SUMMARY_MAX_RATIO = 0.4
+# Days a TOMBSTONE must be old (since creation) before the forgetting policy proposes it: six 30-day
+# half-lives, so a memory last boosted at creation holds under 1/64 of that activation.
+FORGET_AFTER_DAYS = 180.0
 
 
 class CompressionTier(IntEnum):
@@ -74,6 +78,30 @@ def target_tier(
     proposed = ladder_tier(a, age)
     frozen = (origin == PROTECTED_ORIGIN_TIER) | ~np.isfinite(a) | ~np.isfinite(age)
     return np.where(frozen, cur, np.maximum(cur, proposed)).astype(np.int8)
+
+
+def forget_mask(
+    activation: npt.ArrayLike,
+    age_days: npt.ArrayLike,
+    origin_tier: npt.ArrayLike,
+    current: npt.ArrayLike,
+    after_days: float = FORGET_AFTER_DAYS,
+) -> npt.NDArray[np.bool_]:
+    """Which memories the forgetting policy may propose to take TOMBSTONE -> FORGOTTEN.
+
+    A TOMBSTONE whose activation (decayed, 0..1) is still below SKELETON_MIN_ACTIVATION and whose age in days
+    is at least `after_days`. Never origin tier 1 (a person's words never leave FULL, so never reach here),
+    never a NaN activation or age.
+    """
+    a = np.asarray(activation, dtype=np.float64)
+    age = np.asarray(age_days, dtype=np.float64)
+    cur = np.asarray(current, dtype=np.int8)
+    origin = np.asarray(origin_tier, dtype=np.int64)
+    a, age, cur, origin = np.broadcast_arrays(a, age, cur, origin)
+    with np.errstate(invalid="ignore"):
+        cold = (a < SKELETON_MIN_ACTIVATION) & (age >= after_days)
+    mask: npt.NDArray[np.bool_] = (cur == CompressionTier.TOMBSTONE) & (origin != PROTECTED_ORIGIN_TIER) & cold
+    return mask
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -16,6 +16,10 @@ describes the full content, so a compressed memory is found by meaning and can b
 
 Every LLM call happens before the first write, so an unreachable endpoint fails the evolver (the
 runner records the error) without a half-compressed workspace.
+
+FORGOTTEN, the last rung, is never applied here: with the workspace policy `forgotten_enabled` on, the
+ladder proposes the old, still cold tombstones to a person (evolution.forgetting; a dry run records the
+drafts only), and approving the proposal takes them TOMBSTONE -> FORGOTTEN as one revertible record.
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from evolution import typed_selectors
+from evolution import forgetting, typed_selectors
 from evolution.algorithms.compression import (
     SUMMARY_MAX_RATIO,
+    CompressionPlan,
     CompressionTier,
     compression_plan,
     tombstone_text,
@@ -36,7 +41,9 @@ from evolution.algorithms.text import join_phrases
 from evolution.evolvers.base import EvolutionResult, MemoryUpdates, register, submit_updates
 from evolution.llm import LLMClient, default_client
 from evolution.models import EvolutionRun
-from history.models import Action
+from evolution.proposals import ProposalDraft, proposals_recorded
+from history import audit
+from history.models import Action, EvolutionRecord
 from memories.models import Workspace
 
 SETTING = "compression_enabled"
@@ -97,8 +104,25 @@ class CompressionLadder:
         )
         moving = plan.indices.tolist()
         result.stats.update(enabled=1, candidates=n, compressed=len(moving))
-        if not moving:
-            return result
+        if moving:
+            self._compress(workspace, rows, plan, moving, result, dry_run=dry_run, run=run, now=now)
+        after_days = forgetting.forget_after_days(workspace)
+        if after_days is not None:
+            self._propose_forgetting(workspace, after_days, result, dry_run=dry_run, run=run, now=now)
+        return result
+
+    def _compress(
+        self,
+        workspace: Workspace,
+        rows: list[tuple[str, float, float, int, int]],
+        plan: CompressionPlan,
+        moving: list[int],
+        result: EvolutionResult,
+        *,
+        dry_run: bool,
+        run: EvolutionRun | None,
+        now: datetime,
+    ) -> None:
         client = self.client or default_client()
         stored = typed_selectors.compression_contents(workspace=workspace, ids=[rows[k][0] for k in moving])
         at = now.isoformat()
@@ -122,11 +146,49 @@ class CompressionLadder:
                 plan.reason(j),
             )
             counts[new_tier.name] += 1
-        result.records = submit_updates(
-            updates, workspace=workspace, run=run, dry_run=dry_run, now=now, chunk=COMPRESSION_RECORD_CHUNK
+        result.records.extend(
+            submit_updates(
+                updates, workspace=workspace, run=run, dry_run=dry_run, now=now, chunk=COMPRESSION_RECORD_CHUNK
+            )
         )
         result.stats.update({f"to_{name.lower()}": c for name, c in counts.items() if c})
-        return result
+
+    def _propose_forgetting(
+        self,
+        workspace: Workspace,
+        after_days: float,
+        result: EvolutionResult,
+        *,
+        dry_run: bool,
+        run: EvolutionRun | None,
+        now: datetime,
+    ) -> None:
+        """Propose the tombstones the forgetting policy selects (nothing is forgotten until approved)."""
+        rows = typed_selectors.tombstone_rows(workspace=workspace, now=now)
+        drafts = forgetting.forget_drafts(rows, after_days=after_days, now=now)
+
+        def record_for(draft: ProposalDraft, after: dict[str, Any]) -> EvolutionRecord:
+            return audit.record_build(
+                workspace=workspace,
+                evolver=self.name,
+                action=Action.FLAG,
+                reason=f"proposed forgetting {len(draft.source_ids)} tombstones older than {after_days:g} days; "
+                "awaiting approval",
+                input_ids=draft.source_ids,
+                after=after,
+                run=run,
+                dry_run=dry_run,
+                now=now,
+            )
+
+        records = proposals_recorded(
+            workspace=workspace, drafts=drafts, dry_run=dry_run, now=now, record_for=record_for
+        )
+        result.records.extend(records)
+        result.stats.update(
+            forget_candidates=sum(len(d.source_ids) for d in drafts),
+            forget_proposed=sum(len(r.input_ids) for r in records),
+        )
 
 
 register(CompressionLadder)

@@ -212,7 +212,13 @@ def test_search_returns_memories_with_scores(api: APIClient, workspace: Workspac
 def test_settings_get_and_patch_echo_the_effective_values(api: APIClient, workspace: Workspace) -> None:
     body = api.get(url("acme", "settings")).json()
     assert body["surfacing"]["mode"] == "legacy"
-    assert body["evolution"] == {"compression_enabled": False, "cycle_every_hours": 0.0, "dream_every_hours": 0.0}
+    assert body["evolution"] == {
+        "compression_enabled": False,
+        "cycle_every_hours": 0.0,
+        "dream_every_hours": 0.0,
+        "forget_after_days": 180.0,
+        "forgotten_enabled": False,
+    }
 
     response = api.patch(
         url("acme", "settings"),

@@ -94,7 +94,13 @@ def test_surfacing_changes_must_be_an_object() -> None:
 
 def test_evolution_settings_know_compression_and_accept_registered_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(surfacing_settings, "_EVOLUTION", dict(surfacing_settings._EVOLUTION))
-    assert effective_evolution({}) == {"compression_enabled": False, "cycle_every_hours": 0.0, "dream_every_hours": 0.0}
+    assert effective_evolution({}) == {
+        "compression_enabled": False,
+        "cycle_every_hours": 0.0,
+        "dream_every_hours": 0.0,
+        "forget_after_days": 180.0,
+        "forgotten_enabled": False,
+    }
     assert validate_evolution_changes(
         {
             "compression_enabled": True,

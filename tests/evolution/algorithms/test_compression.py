@@ -11,6 +11,7 @@ from evolution.algorithms.compression import (
     CompressionTier,
     compressed_content,
     compression_plan,
+    forget_mask,
     ladder_tier,
     target_tier,
     tombstone_text,
@@ -106,3 +107,16 @@ def test_compression_target_never_goes_upward(
     assert np.all(target >= current)
     assert np.all((target <= TOMBSTONE) | (current == FORGOTTEN))
     assert np.all(target[origin == 1] == current[origin == 1])
+
+
+def test_the_forgetting_policy_selects_only_old_cold_tombstones_of_agents() -> None:
+    activation = [0.01, 0.01, 0.06, 0.01, 0.01, 0.01, np.nan]
+    age = [180.0, 179.9, 400.0, 400.0, 400.0, 400.0, 400.0]
+    origin = [2, 2, 2, 1, 3, 2, 2]
+    current = [TOMBSTONE, TOMBSTONE, TOMBSTONE, TOMBSTONE, TOMBSTONE, SKELETON, TOMBSTONE]
+    assert forget_mask(activation, age, origin, current).tolist() == [True, False, False, False, True, False, False]
+
+
+def test_the_forgetting_age_is_a_setting() -> None:
+    assert forget_mask([0.0], [40.0], [2], [TOMBSTONE], after_days=30.0).tolist() == [True]
+    assert forget_mask([0.0], [40.0], [2], [TOMBSTONE], after_days=41.0).tolist() == [False]
