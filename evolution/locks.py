@@ -6,7 +6,13 @@ holder that dies (SIGKILL, a lost machine) leaves the lock to be taken once its 
 
 - ``RedisJobLocks`` (REDIS_URL set): ``SET key token NX PX lease``; release and extend are Lua scripts that
   compare the token first, so a worker whose lease ran out can never free or prolong the next holder's
-  lock. Leases are timed by the Redis server's clock.
+  lock. Leases are timed by the Redis server's clock. A Redis restarted without persistence (as
+  scripts/services.sh runs it, and any Redis that lost its data) forgets every lock: extend finds the key
+  missing and sets it again under the holder's token, so the holder has its lock back at its next prolong
+  (every third of the lease, evolution.scheduler); until then another worker may take the same job, the
+  one window in which a job can be worked twice at once, bounded by a third of SCHEDULER_LOCK_SECONDS
+  after the restart. While Redis is unreachable nobody gets a lock (acquire answers None, extend and
+  release False, each logged), so workers skip the jobs instead of failing their loop.
 - ``DatabaseJobLocks`` (otherwise): the lock columns of the job's ``ScheduledJob`` row, taken by one
   conditional UPDATE (free, or its lease ended before ``now``) whose row count says who won, after the
   row is inserted if it is missing (the unique (workspace, job) constraint makes two inserts one row).
@@ -17,6 +23,7 @@ holder that dies (SIGKILL, a lost machine) leaves the lock to be taken once its 
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
@@ -28,13 +35,19 @@ from django.db.models import Q
 
 from evolution.models import ScheduledJob
 
+log = logging.getLogger(__name__)
+
 KEY_PREFIX: Final = "smartmemory:joblock"
 
 # KEYS[1] lock, ARGV[1] token: delete only the holder's lock.
 _RELEASE: Final = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
-# KEYS[1] lock, ARGV[1] token, ARGV[2] lease in ms: prolong only the holder's lock.
+# KEYS[1] lock, ARGV[1] token, ARGV[2] lease in ms: prolong only the holder's lock; a lock that is gone (a
+# restarted Redis forgot it, or its lease ran out and nobody took it) is the holder's again.
 _EXTEND: Final = (
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
+    "local held = redis.call('get', KEYS[1]) "
+    "if held == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end "
+    "if not held then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end "
+    "return 0"
 )
 
 
@@ -108,14 +121,27 @@ class RedisJobLocks:
 
     def acquire(self, workspace_id: int, job: str, *, lease: timedelta, now: datetime) -> str | None:
         token = _token()
-        won = self._client.set(self.key(workspace_id, job), token, nx=True, px=self._ms(lease))
+        try:
+            won = self._client.set(self.key(workspace_id, job), token, nx=True, px=self._ms(lease))
+        except redis.RedisError as exc:
+            log.warning("lock %s not taken, Redis is unreachable: %s", self.key(workspace_id, job), exc)
+            return None
         return token if won else None
 
     def extend(self, workspace_id: int, job: str, token: str, *, lease: timedelta, now: datetime) -> bool:
-        return bool(self._extend(keys=[self.key(workspace_id, job)], args=[token, self._ms(lease)]))
+        try:
+            return bool(self._extend(keys=[self.key(workspace_id, job)], args=[token, self._ms(lease)]))
+        except redis.RedisError as exc:
+            log.warning("lock %s not prolonged, Redis is unreachable: %s", self.key(workspace_id, job), exc)
+            return False
 
     def release(self, workspace_id: int, job: str, token: str) -> bool:
-        return bool(self._release(keys=[self.key(workspace_id, job)], args=[token]))
+        try:
+            return bool(self._release(keys=[self.key(workspace_id, job)], args=[token]))
+        except redis.RedisError as exc:
+            # Its lease frees it (or a restarted Redis already forgot it).
+            log.warning("lock %s not released, Redis is unreachable: %s", self.key(workspace_id, job), exc)
+            return False
 
     def close(self) -> None:
         self._client.close()

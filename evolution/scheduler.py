@@ -166,14 +166,22 @@ class _LeaseKeeper:
                 if time.monotonic() - since < every:
                     continue
                 workspace_id, job, token = held
-                if not self._locks.extend(workspace_id, job, token, lease=self._lease, now=self._now()):
+                try:
+                    kept = self._locks.extend(workspace_id, job, token, lease=self._lease, now=self._now())
+                except Exception:
+                    # One failed prolong (the database busy, Redis restarting) must not end the thread: a
+                    # thread that ended here left every later job of this scheduler without a keeper.
+                    log.exception("prolonging the lock of %s of workspace %s failed; trying again", job, workspace_id)
+                    kept = False
+                if not kept:
                     log.warning("lost the lock of %s of workspace %s while working it", job, workspace_id)
                 with self._guard:
                     if self._held == held:
                         self._since = time.monotonic()
-        except Exception:
-            log.exception("prolonging scheduled job locks failed; a long job may be taken over")
         finally:
+            with self._guard:
+                if self._thread is threading.current_thread():
+                    self._thread = None
             connections.close_all()
 
 

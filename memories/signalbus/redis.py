@@ -21,6 +21,12 @@ Entry layout (all fields strings): ``v`` format version, ``n`` signal count, ``d
 rank, source_i, query_i, session_i, at_us], ...]}`` where ``*_i`` index the string table (a result set
 repeats one query and session for every rank) and ``at_us`` is microseconds since the Unix epoch (UTC).
 
+A Redis restarted without persistence loses the entries it held: published and not yet read (about one
+flush interval's worth), or read and being written (those commit and, their stream gone, are never
+redelivered: applied once; the acknowledgement that fails on the dead server fails that flush, which the
+worker retries). After the restart the first read finds no group and makes it again (``NOGROUP``), and a
+publisher sends what it kept while the server was down. Nothing else is lost.
+
 ``pending()`` counts signals published but not yet acknowledged, kept in a counter key next to the stream
 (INCRBY in the XADD transaction, DECRBY in the acknowledging script), plus signals held in this process
 while Redis was unreachable.

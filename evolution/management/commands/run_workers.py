@@ -24,6 +24,7 @@ import time
 from types import FrameType
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
@@ -168,7 +169,13 @@ class Command(BaseCommand):
                 self.stdout.write(f"applied {done} signals in {seconds * 1000:.0f} ms ({rate:,.0f} signals/s)")
             if time.monotonic() - last_housekeeping >= HOUSEKEEPING_SECONDS:
                 last_housekeeping = time.monotonic()
-                removed = bus.forget_idle_consumers()
+                try:
+                    removed = bus.forget_idle_consumers()
+                except redis.RedisError:
+                    # Redis down at that moment (restarting): housekeeping waits for the next hour, the loop
+                    # goes on (it ended the worker before).
+                    log.exception("forgetting idle consumers failed")
+                    removed = 0
                 if removed:
                     self.stdout.write(f"removed {removed} idle consumer names")
             if once or stop.wait(interval):
