@@ -24,7 +24,7 @@ from evolution.selectors import EpochSeconds, IdText
 from memories.algorithms.activation import decayed_activation_array
 from memories.algorithms.embedding import BLOB_DTYPE, Embedder, FloatMatrix
 from memories.models import CompressionTier, Memory, MemoryType, Status, Workspace
-from memories.selectors import embedding_of
+from memories.selectors import compressed_originals, embedding_of
 
 _IN_CHUNK = 900
 
@@ -322,14 +322,21 @@ def forget_proposed_ids(*, workspace: Workspace) -> set[str]:
     return found
 
 
-def compression_contents(*, workspace: Workspace, ids: Sequence[str]) -> dict[str, tuple[str, list[dict[str, Any]]]]:
-    found: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+def compression_contents(*, workspace: Workspace, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """(current content, FULL text) of each memory of ``ids``: the FULL text is the content of a FULL memory,
+    else the one ``compressed_originals`` finds, else (nothing kept) the current content."""
+    found: dict[str, tuple[str, str]] = {}
     for start in range(0, len(ids), _IN_CHUNK):
         chunk = list(ids[start : start + _IN_CHUNK])
-        for mid, content, snapshots in Memory.objects.filter(workspace=workspace, id__in=chunk).values_list(
-            IdText("id"), "content", "snapshots"
-        ):
-            found[mid] = (content, list(snapshots or []))
+        rows = list(
+            Memory.objects.filter(workspace=workspace, id__in=chunk).only(
+                "id", "content", "compression_tier", "snapshots"
+            )
+        )
+        originals = compressed_originals(workspace=workspace, memories=rows)
+        for memory in rows:
+            original = originals.get(memory.id)
+            found[str(memory.id)] = (memory.content, original.content if original is not None else memory.content)
     return found
 
 

@@ -29,6 +29,7 @@ from memories.algorithms.embedding import Embedder, EmbedderUnavailable, FloatMa
 from memories.bulk import db_datetime, uuid_hex
 from memories.embeddings import default_embedder, embedder_for, embedder_for_spec
 from memories.models import CompressionTier, Memory, Workspace
+from memories.selectors import compressed_originals
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +77,13 @@ def _aware(value: datetime | str | None) -> datetime | None:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
-def embedding_text(memory: Memory) -> str:
+def embedding_text(memory: Memory, original: str | None = None) -> str:
     """The text a memory's vector describes: its FULL content, also when it was compressed since (the
-    compression ladder keeps the vector of the full content, so a compressed memory is still found)."""
+    compression ladder keeps the vector of the full content, so a compressed memory is still found).
+    ``original`` is that FULL text when the caller looked it up (``selectors.compressed_originals``: the
+    ladder keeps it in its record); else a legacy FULL snapshot of the row, else the content."""
+    if original is not None:
+        return original
     if memory.compression_tier != CompressionTier.FULL:
         for snap in memory.snapshots or ():
             if (
@@ -220,7 +225,10 @@ def workspace_reembed(
                 seen = {m.id for m in chunk}
                 chunk += [m for m in rows if m.id not in seen]
             if chunk:
-                vectors = embedder.embed([embedding_text(m) for m in chunk])
+                originals = compressed_originals(workspace=workspace, memories=chunk)
+                vectors = embedder.embed(
+                    [embedding_text(m, o.content if (o := originals.get(m.id)) is not None else None) for m in chunk]
+                )
                 _write_vectors(chunk, vectors, model, stamp)
                 done += len(chunk)
                 after = chunk[-1].id

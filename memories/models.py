@@ -197,7 +197,8 @@ class Memory(models.Model):
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.ACTIVE)
     tier = models.CharField(max_length=4, choices=Tier.choices, default=Tier.WARM)
     compression_tier = models.PositiveSmallIntegerField(choices=CompressionTier.choices, default=CompressionTier.FULL)
-    # Every compression step keeps the previous content: [{"tier": int, "content": str, "at": iso}].
+    # Rows compressed before the ladder kept the replaced content in its records hold every replaced content
+    # here: [{"tier": int, "content": str, "at": iso}]; now empty (see memories.selectors.compressed_originals).
     snapshots = models.JSONField(default=list, blank=True)
     pinned = models.BooleanField(default=False)
 

@@ -19,7 +19,7 @@ from django.db.models import BinaryField, BooleanField, Case, F, Q, QuerySet, Va
 from django.db.models.expressions import RawSQL
 
 from core.errors import Forbidden, InvalidInput, NotFound
-from history.models import EvolutionRecord
+from history.models import EvolutionRecord, RecordLink
 from memories import fts_stats
 from memories.algorithms.fts import (
     fts5_expression,
@@ -985,6 +985,79 @@ def memory_history(*, workspace: Workspace, memory_id: uuid.UUID, limit: int = 5
         .order_by("-pk")[: limit + 1]
     )
     return MemoryHistory(records=rows[:limit], more=len(rows) > limit)
+
+
+@dataclass(frozen=True)
+class Original:
+    """The FULL text of a compressed memory and where it is kept: a legacy snapshot of the row (record None)
+    or the ``before`` of the record that took it from FULL."""
+
+    content: str
+    at: str
+    record_id: int | None = None
+
+
+_ORIGINAL_CHUNK = 500
+
+
+def compressed_originals(*, workspace: Workspace, memories: Sequence[Memory]) -> dict[uuid.UUID, Original]:
+    """The FULL text of each compressed memory of ``memories`` that kept one (a FULL memory maps to nothing).
+
+    The compression ladder keeps the FULL text once, in the record of the step that left FULL: the row keeps
+    only its current rung (a TOMBSTONE its marker). That record is the newest applied one that saw the memory
+    go from compression_tier 0 with a content to a tier above 0 (a compress step, or the revert of a rehydrate,
+    whose before is what the rehydrate restored). Rows compressed before this rule kept every replaced rung in
+    ``snapshots``; their FULL snapshot is used as it is. Two queries per 500 memories looked up.
+    """
+    found: dict[uuid.UUID, Original] = {}
+    wanted: list[uuid.UUID] = []
+    for memory in memories:
+        if memory.compression_tier == 0:
+            continue
+        snap = next(
+            (s for s in memory.snapshots or () if isinstance(s, dict) and s.get("tier") == 0),
+            None,
+        )
+        if snap is not None and isinstance(snap.get("content"), str):
+            found[memory.id] = Original(str(snap["content"]), str(snap.get("at", "")))
+        else:
+            wanted.append(memory.id)
+    for start in range(0, len(wanted), _ORIGINAL_CHUNK):
+        chunk = wanted[start : start + _ORIGINAL_CHUNK]
+        links: dict[int, list[uuid.UUID]] = {}
+        for rid, mid in RecordLink.objects.filter(
+            memory_id__in=chunk, record__workspace=workspace, record__dry_run=False
+        ).values_list("record_id", "memory_id"):
+            links.setdefault(rid, []).append(mid)
+        left = set(chunk)
+        order = sorted(links, reverse=True)
+        for batch in range(0, len(order), _ORIGINAL_CHUNK):
+            if not left:
+                break
+            ids = order[batch : batch + _ORIGINAL_CHUNK]
+            rows = {
+                pk: (before, after, at)
+                for pk, before, after, at in EvolutionRecord.objects.filter(pk__in=ids).values_list(
+                    "pk", "before", "after", "timestamp"
+                )
+            }
+            for rid in ids:
+                before, after, at = rows[rid]
+                for mid in links[rid]:
+                    if mid not in left:
+                        continue
+                    old, new = before.get(str(mid)), after.get(str(mid))
+                    if (
+                        isinstance(old, dict)
+                        and isinstance(new, dict)
+                        and old.get("compression_tier") == 0
+                        and isinstance(old.get("content"), str)
+                        and isinstance(new.get("compression_tier"), int)
+                        and new["compression_tier"] > 0
+                    ):
+                        found[mid] = Original(old["content"], at.isoformat(), rid)
+                        left.discard(mid)
+    return found
 
 
 def memory_retrievals(*, memory: Memory, limit: int = 200) -> list[RetrievalEvent]:

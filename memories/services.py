@@ -18,7 +18,7 @@ from core.errors import Conflict, InvalidInput, NotFound
 from graph.writes import graph_mirror, graph_touch
 from history import audit, revert
 from history.models import Action, EvolutionRecord
-from memories import live
+from memories import live, selectors
 from memories.algorithms.entities import extract_entities
 from memories.algorithms.sortkey import activation_sort_key
 from memories.bulk import bulk_insert, new_instance
@@ -611,25 +611,24 @@ def memories_bulk_action(
 
 @transaction.atomic
 def memory_rehydrate(*, workspace: Workspace, memory: Memory, actor: User | None) -> Memory:
-    """Put a compressed memory's FULL content back from its snapshots, as one revertible record.
+    """Put a compressed memory's FULL content back, as one revertible record.
 
-    The snapshots are cleared with it (they describe compressions that no longer apply); the record
-    keeps them, so reverting the rehydrate restores the compressed state exactly.
+    The FULL text is the one ``selectors.compressed_originals`` finds: in the record of the compression step
+    that left FULL (or a legacy FULL snapshot of the row). Legacy snapshots are cleared with it (they
+    describe compressions that no longer apply); the record keeps them, so reverting the rehydrate restores
+    the compressed state exactly.
     """
     if memory.compression_tier == CompressionTier.FULL:
         raise Conflict(f"memory {memory.id} is not compressed", code="not_compressed")
-    full = next(
-        (s for s in memory.snapshots if isinstance(s, dict) and s.get("tier") == CompressionTier.FULL),
-        None,
-    )
-    if full is None or not isinstance(full.get("content"), str):
+    original = selectors.compressed_originals(workspace=workspace, memories=[memory]).get(memory.id)
+    if original is None:
         raise Conflict(
-            f"memory {memory.id} kept no snapshot of its full content; it cannot be rehydrated",
+            f"memory {memory.id} kept no copy of its full content; it cannot be rehydrated",
             code="no_snapshot",
         )
     now = timezone.now()
     changes: dict[str, Any] = {
-        "content": full["content"],
+        "content": original.content,
         "compression_tier": CompressionTier.FULL,
         "snapshots": [],
         "updated_at": now,

@@ -443,24 +443,22 @@ def edge_groups(memory: Memory, edges: Sequence[Edge]) -> list[tuple[str, list[N
     return list(groups.items())
 
 
-def _snapshots(memory: Memory) -> list[dict[str, Any]]:
+def _snapshots(memory: Memory, original: selectors.Original | None) -> list[dict[str, Any]]:
+    """The kept versions: a legacy row's snapshots as they are, else the FULL text its compression record keeps."""
     shown = []
     for snap in memory.snapshots:
         if isinstance(snap, dict):
             tier = snap.get("tier")
             label = CompressionTier(tier).label if tier in CompressionTier.values else str(tier)
             shown.append({"tier": label, "content": str(snap.get("content", "")), "at": snap.get("at", "")})
+    if not shown and original is not None:
+        shown.append({"tier": CompressionTier.FULL.label, "content": original.content, "at": original.at})
     return shown
-
-
-def _can_rehydrate(memory: Memory) -> bool:
-    return memory.compression_tier != CompressionTier.FULL and any(
-        isinstance(s, dict) and s.get("tier") == CompressionTier.FULL for s in memory.snapshots
-    )
 
 
 def _detail_context(request: HttpRequest, access: WorkspaceAccess, memory: Memory, **extra: Any) -> dict[str, Any]:
     now = timezone.now()
+    original = selectors.compressed_originals(workspace=access.workspace, memories=[memory]).get(memory.id)
     history = selectors.memory_history(workspace=access.workspace, memory_id=memory.id, limit=HISTORY_LIMIT)
     retrievals = selectors.memory_retrievals(memory=memory)
     edges = selectors.memory_edges_page(workspace=access.workspace, memory=memory, limit=EDGE_LIMIT)
@@ -478,8 +476,8 @@ def _detail_context(request: HttpRequest, access: WorkspaceAccess, memory: Memor
         "edge_groups": edge_groups(memory, edges.edges),
         "edge_count": len(edges.edges),
         "edges_more": edges.more,
-        "snapshots": _snapshots(memory),
-        "can_rehydrate": _can_rehydrate(memory),
+        "snapshots": _snapshots(memory, original),
+        "can_rehydrate": original is not None,
         "compression_label": CompressionTier(memory.compression_tier).label,
         "delete_phrase": phrase,
         "delete_form": MemoryDeleteForm(phrase=phrase),

@@ -9,9 +9,12 @@ neither active nor archived.
 
 Content at each rung is computed from the FULL content, through the LLMClient (extractive and offline
 by default): SUMMARY = a digest of at most 40% of the length keeping names, numbers and decisions;
-SKELETON = 5-10 key phrases joined by "; "; TOMBSTONE = "[compressed: N chars original]". Every step
-appends the content it replaces to `snapshots` ({tier, content, at}), so the FULL text is always kept
-and `memories.services.memory_rehydrate` restores it. The embedding is left as it is: it still
+SKELETON = 5-10 key phrases joined by "; "; TOMBSTONE = "[compressed: N chars original]". The row keeps
+only its current rung: each step's record holds exactly what its revert needs, the content it replaced
+and the tier (so the FULL text is kept once, in the record of the step that left FULL, and each
+intermediate rung in the record of the step that replaced it). `memories.selectors.compressed_originals`
+finds the FULL text there for the next rung, `memory_rehydrate`, the memory page and re-embedding. Rows
+compressed before this rule keep their `snapshots` as they are. The embedding is left as it is: it still
 describes the full content, so a compressed memory is found by meaning and can be rehydrated.
 
 Every LLM call happens before the first write, so an unreachable endpoint fails the evolver (the
@@ -48,21 +51,13 @@ from memories.models import Workspace
 
 SETTING = "compression_enabled"
 SECONDS_PER_DAY = 86_400.0
-# Memories per compression record: each holds the replaced content twice (before, and inside the new
-# snapshots), so records stay small where the update chunk of other evolvers (500) could reach 100 MB.
+# Memories per compression record: each holds the replaced content (up to the 100k-character cap of a
+# memory), so a record stays a few MB where the update chunk of other evolvers (500) could reach 100 MB.
 COMPRESSION_RECORD_CHUNK = 100
 
 
 def compression_enabled(workspace: Workspace) -> bool:
     return (workspace.evolution_settings or {}).get(SETTING) is True
-
-
-def full_content(content: str, snapshots: list[dict[str, Any]]) -> str:
-    """The FULL text of a memory: its FULL snapshot when it has one, else the current content."""
-    for snap in snapshots:
-        if isinstance(snap, dict) and snap.get("tier") == CompressionTier.FULL and isinstance(snap.get("content"), str):
-            return str(snap["content"])
-    return content
 
 
 def rung_content(full: str, current: str, tier: CompressionTier, client: LLMClient) -> str:
@@ -125,24 +120,17 @@ class CompressionLadder:
     ) -> None:
         client = self.client or default_client()
         stored = typed_selectors.compression_contents(workspace=workspace, ids=[rows[k][0] for k in moving])
-        at = now.isoformat()
         updates = MemoryUpdates(self.name, Action.COMPRESS, "compression ladder")
         counts = {t.name: 0 for t in CompressionTier}
         for j, k in enumerate(moving):
             mid = rows[k][0]
-            content, snapshots = stored[mid]
+            content, full = stored[mid]
             old_tier = int(plan.from_tier[j])
             new_tier = CompressionTier(int(plan.to_tier[j]))
-            full = full_content(content, snapshots)
             new_content = rung_content(full, content, new_tier, client)
-            new_snapshots = [*snapshots, {"tier": old_tier, "content": content, "at": at}]
             updates.add(
                 mid,
-                {
-                    "content": (content, new_content),
-                    "compression_tier": (old_tier, int(new_tier)),
-                    "snapshots": (snapshots, new_snapshots),
-                },
+                {"content": (content, new_content), "compression_tier": (old_tier, int(new_tier))},
                 plan.reason(j),
             )
             counts[new_tier.name] += 1

@@ -3,10 +3,12 @@ protected memories, LLM client use and failure, rehydrate and exact revert."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from evolution import services
 from evolution.algorithms.text import join_phrases, key_phrases
@@ -84,22 +86,24 @@ def test_a_memory_nobody_used_for_a_hundred_days_fades_down_the_ladder(kit: Any,
     assert fresh(used).compression_tier == CompressionTier.FULL
 
 
-def test_each_rung_has_the_seed_content_and_keeps_a_snapshot(kit: Any, enabled: Workspace) -> None:
+def test_each_rung_has_the_seed_content_and_the_row_keeps_only_it(kit: Any, enabled: Workspace) -> None:
     vector = kit.unit(0.6, 0.8)
     summary = agent_memory(kit, 0.39, embedding=vector)
     skeleton = agent_memory(kit, 0.1)
     tombstone = agent_memory(kit, 0.01, age_days=45)
-    kit.run("CompressionLadder")
+    run = kit.run("CompressionLadder")
     digest = fresh(summary).content
     assert 0 < len(digest) <= int(0.4 * len(TEXT))
     assert "Alice Chen decided" in digest
     assert fresh(skeleton).content == join_phrases(key_phrases(TEXT))
     assert 5 <= len(fresh(skeleton).content.split("; ")) <= 10
     assert fresh(tombstone).content == f"[compressed: {len(TEXT)} chars original]"
+    (record,) = EvolutionRecord.objects.filter(run=run)
     for memory in (summary, skeleton, tombstone):
-        (snap,) = fresh(memory).snapshots
-        assert snap["tier"] == CompressionTier.FULL
-        assert snap["content"] == TEXT
+        assert fresh(memory).snapshots == []
+        # The FULL text is kept once, in the record of the step, with exactly the fields its revert needs.
+        assert record.before[str(memory.id)] == {"content": TEXT, "compression_tier": CompressionTier.FULL}
+        assert set(record.after[str(memory.id)]) == {"content", "compression_tier"}
     # The vector still describes the full text.
     assert bytes(fresh(summary).embedding or b"") == vector
 
@@ -128,10 +132,7 @@ def test_the_ladder_only_goes_down_and_later_rungs_start_from_the_full_text(kit:
     compressed = fresh(memory)
     assert compressed.compression_tier == CompressionTier.SKELETON
     assert compressed.content == join_phrases(key_phrases(TEXT))
-    assert [(s["tier"], s["content"]) for s in compressed.snapshots] == [
-        (CompressionTier.FULL, TEXT),
-        (CompressionTier.SUMMARY, summary_text),
-    ]
+    assert summary_text != compressed.content and compressed.snapshots == []
 
 
 def test_rehydrate_restores_the_full_content(kit: Any, enabled: Workspace, user: Any) -> None:
@@ -187,3 +188,88 @@ def test_a_tiny_memory_keeps_its_text_when_a_digest_would_be_empty(kit: Any, ena
     kit.run("CompressionLadder")
     assert fresh(tiny).compression_tier == CompressionTier.SUMMARY
     assert fresh(tiny).content == "ok"
+
+
+def ladder_run(kit: Any, memory: Memory, activation: float, days: float) -> Any:
+    """One applied ladder run `days` after NOW, the memory boosted to `activation` just before it."""
+    at = kit.NOW + timedelta(days=days)
+    Memory.objects.filter(id=memory.id).update(activation_score=activation, activation_last_boost_at=at)
+    return kit.run("CompressionLadder", now=at)
+
+
+def compressed_fields(memory: Memory) -> tuple[bytes, int, list[Any]]:
+    row = fresh(memory)
+    return row.content.encode(), row.compression_tier, row.snapshots
+
+
+def test_full_summary_skeleton_tombstone_then_each_step_and_the_whole_run_revert_byte_for_byte(
+    kit: Any, enabled: Workspace, user: Any
+) -> None:
+    memory = agent_memory(kit, 0.9, age_days=40)
+    original = kit.memory_rows()
+    before_step = []
+    runs = []
+    for a, d in ((0.3, 1), (0.1, 2), (0.01, 3)):
+        before_step.append(compressed_fields(memory))
+        runs.append(ladder_run(kit, memory, a, d))
+        (record,) = EvolutionRecord.objects.filter(run=runs[-1])
+        assert set(record.before[str(memory.id)]) == {"content", "compression_tier"}
+    tomb = fresh(memory)
+    assert tomb.compression_tier == CompressionTier.TOMBSTONE
+    assert tomb.content == f"[compressed: {len(TEXT)} chars original]" and tomb.snapshots == []
+    # The FULL text is held once in the whole ladder: the records after the first hold only rungs.
+    assert sum(json.dumps([r.before, r.after]).count(TEXT[:60]) for r in EvolutionRecord.objects.all()) == 1
+    rungs = [EvolutionRecord.objects.get(run=run).before[str(memory.id)]["content"] for run in runs]
+    assert rungs[0] == TEXT and len(rungs[1]) <= 0.4 * len(TEXT) and rungs[2] == join_phrases(key_phrases(TEXT))
+    # Each step reverts to what the memory held just before it, newest first.
+    for k in (2, 1, 0):
+        (record,) = EvolutionRecord.objects.filter(run=runs[k])
+        memory_services.record_revert(workspace=enabled, record_id=record.pk, actor=user)
+        assert compressed_fields(memory) == before_step[k]
+    assert fresh(memory).content.encode() == TEXT.encode()
+    # Down the ladder again, then the whole runs revert, newest first.
+    again = [ladder_run(kit, memory, a, d) for a, d in ((0.3, 4), (0.1, 5), (0.01, 6))]
+    for run in reversed(again):
+        services.run_revert(workspace=enabled, run=run, actor=user)
+    # The boosts the test made are not the ladder's: put them back, then every field is the original's.
+    Memory.objects.filter(id=memory.id).update(activation_score=0.9, activation_last_boost_at=kit.NOW)
+    assert kit.memory_rows() == original
+
+
+def test_a_tombstone_rehydrates_from_the_record_that_kept_its_full_text(
+    kit: Any, enabled: Workspace, user: Any
+) -> None:
+    memory = agent_memory(kit, 0.9, age_days=40)
+    for a, d in ((0.3, 1), (0.01, 2)):
+        ladder_run(kit, memory, a, d)
+    rehydrated = memory_services.memory_rehydrate(workspace=enabled, memory=fresh(memory), actor=user)
+    assert rehydrated.content == TEXT and fresh(memory).compression_tier == CompressionTier.FULL
+    # Reverting the rehydrate makes it a tombstone again, which still rehydrates.
+    (record,) = EvolutionRecord.objects.filter(action="rehydrate")
+    memory_services.record_revert(workspace=enabled, record_id=record.pk, actor=user)
+    assert fresh(memory).compression_tier == CompressionTier.TOMBSTONE
+    memory_services.memory_rehydrate(workspace=enabled, memory=fresh(memory), actor=user)
+    assert fresh(memory).content == TEXT
+
+
+def test_a_memory_compressed_under_the_old_rule_keeps_its_snapshots_and_still_steps_down(
+    kit: Any, enabled: Workspace, user: Any
+) -> None:
+    snapshots = [{"tier": 0, "content": TEXT, "at": "2025-01-01T00:00:00+00:00"}]
+    memory = agent_memory(kit, 0.01, age_days=40, compression_tier=CompressionTier.SUMMARY, snapshots=snapshots)
+    Memory.objects.filter(id=memory.id).update(content="digest")
+    kit.run("CompressionLadder")
+    assert fresh(memory).content == f"[compressed: {len(TEXT)} chars original]"
+    assert fresh(memory).snapshots == snapshots
+    memory_services.memory_rehydrate(workspace=enabled, memory=fresh(memory), actor=user)
+    assert fresh(memory).content == TEXT and fresh(memory).snapshots == []
+
+
+def test_the_memory_page_shows_the_kept_full_text_of_a_tombstone(kit: Any, enabled: Workspace, user: Any) -> None:
+    memory = agent_memory(kit, 0.01, age_days=40)
+    kit.run("CompressionLadder")
+    browser = Client()
+    browser.force_login(user)
+    page = browser.get(f"/w/acme/memories/{memory.id}/").content.decode()
+    assert 'id="rehydrate"' in page
+    assert "Alice Chen decided to move invoices" in page[page.index('id="memory-compression"') :]

@@ -19,6 +19,7 @@ from evolution.scheduler import Scheduler
 from history.models import EvolutionRecord
 from memories.algorithms.activation import BOOST_DIRECT
 from memories.models import Memory, Status, Tier
+from memories.selectors import compressed_originals
 from memories.signalbus.base import Boost, Retrieval, apply_signals
 from tests.evolution.conftest import EvolutionKit
 
@@ -76,7 +77,9 @@ def test_a_workspace_aged_100_days_by_its_scheduled_jobs_alone(kit: EvolutionKit
     seen = [CompressionTier(t) for t in dict.fromkeys(tiers)]
     assert unused.compression_tier == CompressionTier.FULL
     assert seen == [CompressionTier.SUMMARY, CompressionTier.SKELETON, CompressionTier.TOMBSTONE]
-    assert a.content.startswith("[compressed:") and a.snapshots[0]["content"] == LONG
+    # The row keeps only the tombstone; the record of the step that left FULL keeps the full text.
+    assert a.content.startswith("[compressed:") and a.snapshots == []
+    assert compressed_originals(workspace=a.workspace, memories=[a])[a.id].content == LONG
     # Written by a person: never compressed.
     assert b.compression_tier == CompressionTier.FULL and b.content == "Dana prefers short answers."
     # The unused episode's retention followed the forgetting curve until the cycle archived it.
