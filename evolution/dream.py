@@ -5,7 +5,13 @@ Which memories take part (the entries of the hot/, warm/ and cold/ files of the 
 * **rules**: memory type ``strategy``, whether a person wrote them (manual rule) or approved an engine
   strategy (origin ``engine:``, scored with the engine-strategy weight 1.0); active ones, and archived ones
   in COLD (which come back to HOT when used 3 times in 7 days);
-* **corrections**: memory type ``correction``, active. They are scored (weight 1.2) but always stay HOT.
+* **corrections**: memory type ``correction``, active. They are scored (weight 1.2) but always stay HOT;
+* **preferences**: memory type ``preference``, active ones and archived ones in COLD, tiered exactly as
+  rules (HOT weight 1.5, WARM/COLD 0.8, the same moves). HOT holds the confirmed rules *and preferences*
+  (the skill's hot/memory.md), and the reference facts give no weight of their own for a preference, so
+  one takes the weight of the entries it sits with. Confirmation is use: a preference used 3 times in 7
+  days goes HOT whoever wrote it, and one left unused fades to WARM and COLD (archived, never deleted) like
+  any rule; nothing is inferred from silence.
 
 Reflections are not tiered: they are the log the directory keeps in ``reflections/log.md`` and the input the
 engine counts lessons in, so they neither decay nor move. Every other memory type belongs to the enhanced
@@ -58,7 +64,9 @@ from memories.models import Memory, MemoryType, RetrievalEvent, RetrievalSource,
 User = AbstractBaseUser | AnonymousUser
 
 DREAM_EVOLVER: Final = "Dream"
-TRACKED_TYPES: Final = (MemoryType.STRATEGY, MemoryType.CORRECTION)
+TRACKED_TYPES: Final = (MemoryType.STRATEGY, MemoryType.CORRECTION, MemoryType.PREFERENCE)
+# Types that leave for COLD (archived) and come back from it; corrections always stay HOT.
+COLD_TYPES: Final = (MemoryType.STRATEGY, MemoryType.PREFERENCE)
 # A use is a retrieval that handed the memory to someone; the query inspector only looks at rankings.
 USE_SOURCES: Final = (RetrievalSource.SEARCH, RetrievalSource.GET, RetrievalSource.CONTEXT, RetrievalSource.HELPFUL)
 DEFAULT_BASE: Final = 1.0
@@ -71,9 +79,10 @@ CONTENT_PREVIEW: Final = 200
 
 
 def tracked_memories(*, workspace: Workspace) -> list[Memory]:
-    """The memories the dream scores: active rules and corrections, and archived rules in COLD."""
+    """The memories the dream scores: active rules, corrections and preferences, and archived rules and
+    preferences in COLD."""
     rows = Memory.objects.filter(workspace=workspace, memory_type__in=TRACKED_TYPES).filter(
-        Q(status=Status.ACTIVE) | Q(memory_type=MemoryType.STRATEGY, status=Status.ARCHIVED, tier=Tier.COLD)
+        Q(status=Status.ACTIVE) | Q(memory_type__in=COLD_TYPES, status=Status.ARCHIVED, tier=Tier.COLD)
     )
     return list(rows.order_by("created_at", "id"))
 

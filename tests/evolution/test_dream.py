@@ -83,7 +83,7 @@ def test_relevance_in_the_report_follows_the_seed_formula_per_type(workspace: Wo
     # access_count 0 counts as 1: log2(2) = 1; base 2 from metadata.
     assert scores[str(warm.id)] == pytest.approx(2.0 * decay * 1 * 0.8, abs=1e-6)
     assert report["scored"] == 4
-    assert report["tracked_types"] == ["strategy", "correction"]
+    assert report["tracked_types"] == ["strategy", "correction", "preference"]
 
 
 def test_an_unused_hot_rule_is_demoted_to_warm_with_its_reason_and_record(workspace: Workspace) -> None:
@@ -254,3 +254,39 @@ def test_the_decay_table_lists_tracked_memories_lowest_first(workspace: Workspac
     rows = dream.decay_table(workspace=workspace, now=NOW)
     assert [r.memory.id for r in rows] == [low.id, high.id]
     assert rows[0].kind == "rule"
+
+
+def test_a_preference_is_scored_with_the_weight_of_the_rules_it_sits_with(workspace: Workspace) -> None:
+    hot = rule(workspace, "Dana prefers short answers", memory_type="preference", days_idle=10, access_count=3)
+    warm = rule(workspace, "Prefers tabs", memory_type="preference", tier="warm", days_idle=10, access_count=3)
+    report = dream.dream_run(workspace=workspace, now=NOW, dry_run=True).report
+    scores = {row["memory_id"]: row["score"] for row in report["lowest"]}
+    decay = math.exp(-0.03 * 10)
+    assert scores[str(hot.id)] == pytest.approx(decay * 2 * 1.5, abs=1e-6)
+    assert scores[str(warm.id)] == pytest.approx(decay * 2 * 0.8, abs=1e-6)
+
+
+def test_a_preference_used_three_times_in_a_week_is_promoted_to_hot(workspace: Workspace) -> None:
+    used = rule(workspace, "Prefers answers in French", memory_type="preference", tier="warm", origin="agent:bot")
+    once = rule(workspace, "Prefers dark mode", memory_type="preference", tier="warm")
+    use(used, 3)
+    use(once, 1)
+    result = dream.dream_run(workspace=workspace, now=NOW)
+    assert fresh(used).tier == "hot" and fresh(once).tier == "warm"
+    (entry,) = result.report["promoted"]
+    assert entry["memory_id"] == str(used.id) and "Used 3 times in the last 7 days" in entry["reason"]
+
+
+def test_an_unused_preference_fades_to_cold_archived_and_comes_back_when_used(workspace: Workspace) -> None:
+    stale = rule(workspace, "Prefers the old dashboard", memory_type="preference", days_idle=31, access_count=8)
+    old = rule(workspace, "Prefers fax", memory_type="preference", tier="warm", days_idle=120)
+    dream.dream_run(workspace=workspace, now=NOW)
+    assert (fresh(stale).tier, fresh(stale).status) == ("warm", "active")
+    assert (fresh(old).tier, fresh(old).status) == ("cold", "archived")
+    use(old, 3, days_ago=0.5)
+    result = dream.dream_run(workspace=workspace, now=NOW + timedelta(hours=1))
+    assert (fresh(old).tier, fresh(old).status) == ("hot", "active")
+    assert [e["memory_id"] for e in result.report["promoted"]] == [str(old.id)]
+    # The move back is a record holding exactly what it changed.
+    record = EvolutionRecord.objects.get(pk=result.report["promoted"][0]["record_id"])
+    assert record.before == {str(old.id): {"tier": "cold", "status": "archived"}}
