@@ -27,15 +27,20 @@ an archive logs its reason first; nothing is ever deleted, and a run or a single
 
 Then the pending proposals are listed and 1-2 patterns of the last 7 days (the task type failing most, or
 one that keeps succeeding; what the tier moves say) are appended to the reflection log with topic
-``dream`` (an identical reflection logged in the last 7 days is not repeated). Patterns that need a
-person's judgement (a success rate that dropped, an issue that keeps failing tasks) and lessons reflected 3
-times in 7 days become reflection and promotion proposals (evolution.dream_proposals; report key
-``proposed``). The report is stored as a ``DreamReport`` (see ``docs/engine.md`` for its shape). A dry run
+``dream`` (an identical reflection logged in the last 7 days is not repeated). The pattern detector drafts
+each reflection from the facts; with ``LLM_BASE_URL`` set the LLM client writes its REFLECTION and LESSON
+lines from that draft (``LLMClient.reflect``), and when the endpoint fails the draft is logged as it is and
+the report entry says why (``written_by`` "deterministic", ``llm_error``). Repeats are recognised by the
+draft, kept in the reflection's ``metadata["dream_pattern"]``, so an LLM's wording never defeats them.
+Patterns that need a person's judgement (a success rate that dropped, an issue that keeps failing tasks)
+and lessons reflected 3 times in 7 days become reflection and promotion proposals (evolution.dream_proposals;
+report key ``proposed``). The report is stored as a ``DreamReport`` (see ``docs/engine.md`` for its shape). A dry run
 computes the same report and writes nothing at all.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import uuid
 from collections import Counter
@@ -56,14 +61,19 @@ from evolution.algorithms.engine import REVIEW_TASK_TYPE, lesson_key
 from evolution.engine import DREAM_ORIGIN, reflection_record
 from evolution.engine_inputs import DREAM_TOPIC, ReflectionInput
 from evolution.engine_selectors import is_dream_reflection, reflection_fields
+from evolution.llm import ExtractiveClient, LLMClient, LLMError, default_client
 from evolution.models import DreamReport, EvolutionRun, Outcome, OutcomeResult, Proposal, ProposalStatus, RunStatus
 from history import audit
 from history.models import Action, EvolutionRecord
 from memories.models import Memory, MemoryType, RetrievalEvent, RetrievalSource, Status, Tier, Workspace
 
 User = AbstractBaseUser | AnonymousUser
+log = logging.getLogger(__name__)
 
 DREAM_EVOLVER: Final = "Dream"
+DETERMINISTIC: Final = "deterministic"
+# Key of a dream reflection's metadata holding the detector's draft and who wrote the logged lines.
+PATTERN_KEY: Final = "dream_pattern"
 TRACKED_TYPES: Final = (MemoryType.STRATEGY, MemoryType.CORRECTION, MemoryType.PREFERENCE)
 # Types that leave for COLD (archived) and come back from it; corrections always stay HOT.
 COLD_TYPES: Final = (MemoryType.STRATEGY, MemoryType.PREFERENCE)
@@ -273,6 +283,39 @@ def tier_pattern(changes: Sequence[tiers.TierChange]) -> Pattern | None:
     return Pattern(context="memory tiers", reflection=reflection, lesson=lesson)
 
 
+@dataclass(frozen=True)
+class Written:
+    """A pattern's reflection and lesson as logged, who wrote them, and why the LLM did not when it failed."""
+
+    reflection: str
+    lesson: str
+    written_by: str
+    llm_error: str = ""
+
+
+def write_reflection(pattern: Pattern, client: LLMClient | None, client_error: str = "") -> Written:
+    """The REFLECTION and LESSON lines of `pattern`: the LLM's when a client other than the extractive default
+    is configured and answers, else the detector's draft (with the LLM's error, when it failed)."""
+    if client is None or isinstance(client, ExtractiveClient):
+        return Written(pattern.reflection, pattern.lesson, DETERMINISTIC, client_error)
+    try:
+        reflection, lesson = client.reflect(
+            context=pattern.context, reflection=pattern.reflection, lesson=pattern.lesson
+        )
+    except LLMError as exc:
+        log.warning("dream reflection on %r written without the LLM: %s", pattern.context, exc)
+        return Written(pattern.reflection, pattern.lesson, DETERMINISTIC, str(exc))
+    return Written(reflection, lesson, f"llm:{client.name}")
+
+
+def _reflection_client() -> tuple[LLMClient | None, str]:
+    """The configured client, or None and the reason when the settings name an endpoint it cannot use."""
+    try:
+        return default_client(), ""
+    except LLMError as exc:
+        return None, str(exc)
+
+
 def _recent_dream_log(workspace: Workspace, now: datetime) -> set[tuple[str, str]]:
     since = now - timedelta(days=tiers.HOT_WINDOW_DAYS)
     rows = Memory.objects.filter(
@@ -282,7 +325,9 @@ def _recent_dream_log(workspace: Workspace, now: datetime) -> set[tuple[str, str
     for memory in rows:
         meta = reflection_fields(memory)
         if meta is not None and is_dream_reflection(memory):
-            seen.add((lesson_key(meta["context"]), lesson_key(meta["reflection"])))
+            draft = memory.metadata.get(PATTERN_KEY)
+            said = draft.get("reflection") if isinstance(draft, dict) else None
+            seen.add((lesson_key(meta["context"]), lesson_key(said if isinstance(said, str) else meta["reflection"])))
     return seen
 
 
@@ -316,22 +361,30 @@ def _preview(memory: Memory) -> str:
 
 
 def dream_run(
-    *, workspace: Workspace, actor: User | None = None, now: datetime | None = None, dry_run: bool = False
+    *,
+    workspace: Workspace,
+    actor: User | None = None,
+    now: datetime | None = None,
+    dry_run: bool = False,
+    client: LLMClient | None = None,
 ) -> DreamReport:
     """Run the dream cycle at ``now``; returns the report (unsaved, with ``pk`` None, for a dry run).
 
+    ``client`` writes the reflections (default: the settings' client, see ``write_reflection``).
     Idempotent at a fixed ``now``: a second run finds nothing to move and nothing new to log.
     """
     now = now or timezone.now()
     if dry_run:
-        return _dream(workspace, actor, now, dry_run=True)
+        return _dream(workspace, actor, now, dry_run=True, client=client)
     with transaction.atomic():
         # One dream per workspace at a time (PostgreSQL; SQLite holds its write lock anyway).
         Workspace.objects.select_for_update().filter(pk=workspace.pk).values_list("pk").first()
-        return _dream(workspace, actor, now, dry_run=False)
+        return _dream(workspace, actor, now, dry_run=False, client=client)
 
 
-def _dream(workspace: Workspace, actor: User | None, now: datetime, *, dry_run: bool) -> DreamReport:
+def _dream(
+    workspace: Workspace, actor: User | None, now: datetime, *, dry_run: bool, client: LLMClient | None
+) -> DreamReport:
     memories = tracked_memories(workspace=workspace)
     by_id = {str(m.id): m for m in memories}
     uses = recent_uses(workspace=workspace, memories=memories, now=now)
@@ -416,32 +469,42 @@ def _dream(workspace: Workspace, actor: User | None, now: datetime, *, dry_run: 
             logged.add(key)
             patterns.append(pattern)
     reflections: list[dict[str, Any]] = []
+    client_error = ""
+    if patterns and client is None:
+        client, client_error = _reflection_client()
     for pattern in patterns:
+        written = write_reflection(pattern, client, client_error)
         memory_id: str | None = None
         if not dry_run:
+            draft = {"reflection": pattern.reflection, "lesson": pattern.lesson, "written_by": written.written_by}
+            if written.llm_error:
+                draft["llm_error"] = written.llm_error
             recorded = reflection_record(
                 workspace=workspace,
                 actor=None,
                 item=ReflectionInput(
                     context=pattern.context,
-                    reflection=pattern.reflection,
-                    lesson=pattern.lesson,
+                    reflection=written.reflection,
+                    lesson=written.lesson,
                     topic=DREAM_TOPIC,
                     created_at=now,
                 ),
                 origin=DREAM_ORIGIN,
                 evolve=False,
                 now=now,
+                metadata={PATTERN_KEY: draft},
             )
             memory_id = str(recorded.memory.id)
-        reflections.append(
-            {
-                "memory_id": memory_id,
-                "context": pattern.context,
-                "reflection": pattern.reflection,
-                "lesson": pattern.lesson,
-            }
-        )
+        entry = {
+            "memory_id": memory_id,
+            "context": pattern.context,
+            "reflection": written.reflection,
+            "lesson": written.lesson,
+            "written_by": written.written_by,
+        }
+        if written.llm_error:
+            entry["llm_error"] = written.llm_error
+        reflections.append(entry)
 
     # After the log is written: today's reflections count towards a promotion.
     proposed = dream_proposals.dream_propose(workspace=workspace, now=now, dry_run=dry_run)

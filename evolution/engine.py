@@ -163,6 +163,7 @@ def reflection_record(
     origin: str = "",
     evolve: bool = True,
     now: datetime | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> ReflectionRecorded:
     """Write a reflection (memory type reflection; content in the three lines CONTEXT / REFLECTION / LESSON,
     the fields in ``metadata["reflection"]``). Its lesson runs the engine like an outcome's unless ``evolve``
@@ -177,7 +178,7 @@ def reflection_record(
         workspace=workspace,
         actor=actor,
         channel=channel,
-        items=[reflection_memory_input(item, origin=origin)],
+        items=[reflection_memory_input(item, origin=origin, metadata=metadata)],
     )
     counts = evolve and not own_log
     evolved = _evolve_for_lesson(workspace, item.lesson, now) if counts else None

@@ -1,4 +1,4 @@
-"""LLM clients for the compression digests and the summary proposals.
+"""LLM clients for the compression digests, the summary proposals and the dream's reflections.
 
 Three implementations of one small protocol:
 
@@ -13,7 +13,8 @@ Three implementations of one small protocol:
   says what went wrong without ever echoing the API key.
 
 Every client honours the bounds the callers rely on: a digest is at most floor(max_ratio * len(text))
-characters, a skeleton has at most 10 phrases, a condensed summary is one line of at most 500 characters.
+characters, a skeleton has at most 10 phrases, a condensed summary is one line of at most 500 characters,
+a reflection and its lesson are one line of at most 300 characters each.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from evolution.algorithms.text import extractive_summary, key_phrases
 
 MAX_PHRASES = 10
 CONDENSED_MAX_CHARS = 500
+REFLECTION_MAX_CHARS = 300
 # An answer larger than this is not a digest; reading stops there rather than buffering without bound.
 MAX_RESPONSE_BYTES = 1 << 20
 
@@ -57,6 +59,12 @@ class LLMClient(Protocol):
 
     def condense(self, texts: Sequence[str], *, subject: str) -> str:
         """One line (<= 500 characters) that condenses `texts`, all about `subject`."""
+        ...
+
+    def reflect(self, *, context: str, reflection: str, lesson: str) -> tuple[str, str]:
+        """(reflection, lesson), each one line of at most 300 characters, written from the draft a pattern
+        detector made of the facts (`reflection` states what happened with its numbers, `lesson` what to do
+        differently) about the task or topic `context`."""
         ...
 
 
@@ -114,6 +122,10 @@ class ExtractiveClient:
         ratio = min(1.0, max(room, 1) / max(len(body), 1))
         return fit(prefix + extractive_summary(body, ratio).replace(". ", "; "), CONDENSED_MAX_CHARS)
 
+    def reflect(self, *, context: str, reflection: str, lesson: str) -> tuple[str, str]:
+        """The draft as it is: the deterministic default writes the pattern detector's own sentences."""
+        return fit(reflection, REFLECTION_MAX_CHARS), fit(lesson, REFLECTION_MAX_CHARS)
+
 
 @dataclass
 class FakeClient:
@@ -146,6 +158,12 @@ class FakeClient:
         self._called("condense", "\n".join(texts))
         return fit(self.reply, CONDENSED_MAX_CHARS)
 
+    def reflect(self, *, context: str, reflection: str, lesson: str) -> tuple[str, str]:
+        """`reply` as the reflection; the lesson is `phrases[0]` when given, else `reply` too."""
+        self._called("reflect", context)
+        lesson_text = self.phrases[0] if self.phrases else self.reply
+        return fit(self.reply, REFLECTION_MAX_CHARS), fit(lesson_text, REFLECTION_MAX_CHARS)
+
 
 _BULLET_RE = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s*")
 
@@ -157,6 +175,13 @@ PHRASES_PROMPT = (
     "List the 5 to 10 key phrases of the memory, most informative first, one per line, without numbering "
     "or commentary. Keep names and numbers."
 )
+REFLECT_PROMPT = (
+    "You write the reflection log of an AI agent. From the facts about {context!r} below, write what the agent "
+    "noticed and what it should do differently. Keep every number and name. Reply with exactly two lines: "
+    "'REFLECTION: <one sentence>' and 'LESSON: <one imperative sentence>', each at most {limit} characters."
+)
+# "REFLECTION: ...", also as Markdown models like to write it ("**REFLECTION:** ...", "- LESSON: ...").
+_LABELLED_RE = re.compile(r"^[\s*_-]*(REFLECTION|LESSON)[\s*_]*:[\s*_]*(.+?)\s*$", re.IGNORECASE)
 CONDENSE_PROMPT = (
     "Condense these related memories about {subject} into one factual sentence of at most {limit} "
     "characters. Keep names, numbers and decisions. Reply with the sentence only."
@@ -248,6 +273,18 @@ class OpenAICompatibleClient:
         if not line:
             raise LLMError(f"LLM endpoint {self.endpoint} returned an empty summary")
         return line
+
+    def reflect(self, *, context: str, reflection: str, lesson: str) -> tuple[str, str]:
+        prompt = REFLECT_PROMPT.format(context=context, limit=REFLECTION_MAX_CHARS)
+        answer = self.chat(prompt, f"What happened: {reflection}\nSuggested lesson: {lesson}", max_tokens=250)
+        found: dict[str, str] = {}
+        for line in answer.splitlines():
+            match = _LABELLED_RE.match(line)
+            if match is not None:
+                found.setdefault(match.group(1).upper(), fit(match.group(2), REFLECTION_MAX_CHARS))
+        if not found.get("REFLECTION") or not found.get("LESSON"):
+            raise LLMError(f"LLM endpoint {self.endpoint} answered without a REFLECTION and a LESSON line")
+        return found["REFLECTION"], found["LESSON"]
 
 
 def _error_text(raw: bytes) -> str:

@@ -16,6 +16,7 @@ import pytest
 
 from evolution.llm import (
     CONDENSED_MAX_CHARS,
+    REFLECTION_MAX_CHARS,
     ExtractiveClient,
     FakeClient,
     LLMError,
@@ -238,3 +239,29 @@ def test_default_client_follows_the_settings(settings: Any, server: tuple[str, S
     script.body = completion("Alice Chen; PostgreSQL 15")
     assert client.key_phrases(LONG_TEXT) == ["Alice Chen", "PostgreSQL 15"]
     assert script.requests[0]["json"]["model"] == "local-model"
+
+
+def test_reflect_parses_the_labelled_lines_and_holds_them_to_the_limit(server: tuple[str, Script]) -> None:
+    base, script = server
+    script.body = completion(f"**REFLECTION:** Deploys failed 3 of 4 times.\nLESSON: {'Pin the version. ' * 40}")
+    client = OpenAICompatibleClient(base, model="m")
+    reflection, lesson = client.reflect(context="deploy", reflection="deploy failed 3 of 4", lesson="pin it")
+    assert reflection == "Deploys failed 3 of 4 times."
+    assert lesson.startswith("Pin the version.") and len(lesson) <= REFLECTION_MAX_CHARS
+    sent = script.requests[0]["json"]["messages"]
+    assert "'deploy'" in sent[0]["content"]
+    assert "deploy failed 3 of 4" in sent[1]["content"] and "pin it" in sent[1]["content"]
+
+
+def test_reflect_without_both_lines_is_a_clear_error(server: tuple[str, Script]) -> None:
+    base, script = server
+    script.body = completion("Deploys failed a lot; pin the version.")
+    with pytest.raises(LLMError, match="without a REFLECTION and a LESSON line"):
+        OpenAICompatibleClient(base, model="m").reflect(context="deploy", reflection="r", lesson="l")
+
+
+def test_the_extractive_client_reflects_the_draft_as_it_is() -> None:
+    assert ExtractiveClient().reflect(context="c", reflection="what happened", lesson="do this") == (
+        "what happened",
+        "do this",
+    )
