@@ -17,6 +17,7 @@ from django.utils import timezone
 from core.errors import Conflict
 from evolution import runner
 from evolution.evolvers import resolve_names
+from evolution.evolvers.base import save_records
 from evolution.models import EvolutionRun, RunStatus
 from history import audit
 from history.models import EvolutionRecord
@@ -76,7 +77,7 @@ def run_revert(*, workspace: Workspace, run: EvolutionRun, actor: User | None) -
         .order_by("-id")
     )
     now = timezone.now()
-    reverts = revert_records(records, actor, now)
+    reverts = revert_records(records, actor, now, save=save_records)
     run.status = RunStatus.REVERTED
     run.save(update_fields=["status"])
     payload = {"run_id": str(run.id), "records": len(records)}

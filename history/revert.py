@@ -109,9 +109,16 @@ def revertible(record: EvolutionRecord) -> bool:
     return not record.dry_run and record.reverted_at is None and record.action not in AUDIT_ONLY_ACTIONS
 
 
-def revert_records(records: Sequence[EvolutionRecord], actor: User | None, now: datetime) -> list[EvolutionRecord]:
+def revert_records(
+    records: Sequence[EvolutionRecord],
+    actor: User | None,
+    now: datetime,
+    *,
+    save: Callable[[Sequence[EvolutionRecord]], list[EvolutionRecord]] = audit.records_save,
+) -> list[EvolutionRecord]:
     """Check and undo each record in the given order (newest first) and return the revert records; the
-    caller holds the transaction, so a refusal of any one undoes them all."""
+    caller holds the transaction, so a refusal of any one undoes them all. ``save`` inserts the revert
+    records and their memory links (an upper app may pass a faster writer of the same rows)."""
     reverts: list[EvolutionRecord] = []
     for record in records:
         check_revertible(record)
@@ -121,7 +128,7 @@ def revert_records(records: Sequence[EvolutionRecord], actor: User | None, now: 
         record.reverted_at = now
         record.save(update_fields=["reverted_at"])
         reverts.append(_revert_record_for(record, actor, now))
-    saved = audit.records_save(reverts)
+    saved = save(reverts)
     for record, revert in zip(records, saved, strict=True):
         record.reverted_by = revert
     EvolutionRecord.objects.bulk_update(list(records), ["reverted_by"], batch_size=500)

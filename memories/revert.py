@@ -19,8 +19,9 @@ from core.errors import Conflict
 from graph.writes import graph_mirror
 from history.audit import CREATED_EDGES, CREATED_MEMORIES, EDGE_CHANGES, encode_value, is_uuid
 from history.models import EvolutionRecord, RecordLink
+from memories.bulk import write_rows
 from memories.embedding_service import vectors_touch
-from memories.models import Edge, Memory, Workspace
+from memories.models import Edge, Memory, MemoryScore, Workspace
 
 _DATETIME_FIELDS = {f.name for f in Memory._meta.concrete_fields if isinstance(f, models.DateTimeField)} | {
     f.name for f in Edge._meta.concrete_fields if isinstance(f, models.DateTimeField)
@@ -58,22 +59,54 @@ def decode_value(field: str, value: Any) -> Any:
     return value
 
 
+def _memory_values(workspace_id: int, wanted: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The current values of the memory fields ``wanted`` names ({memory id text: {field: ...}}), encoded as
+    records hold them; a memory that no longer exists is missing. Two narrow reads (the memory's own fields,
+    then its scores row), not a model instance per memory: a cycle's record names up to 500 memories."""
+    names = sorted({name for fields in wanted.values() for name in fields})
+    own = [n for n in names if n not in Memory.SCORE_FIELDS]
+    scores = [n for n in names if n in Memory.SCORE_FIELDS]
+    ids = [uuid.UUID(mid) for mid in wanted]
+    found: dict[str, dict[str, Any]] = {}
+    for row in Memory.objects.filter(workspace_id=workspace_id, id__in=ids).values_list("id", *own):
+        found[str(row[0])] = {name: encode_value(name, value) for name, value in zip(own, row[1:], strict=True)}
+    if scores:
+        for row in MemoryScore.objects.filter(memory_id__in=ids).values_list("memory_id", *scores):
+            fields = found.get(str(row[0]))
+            if fields is not None:
+                fields.update({name: encode_value(name, value) for name, value in zip(scores, row[1:], strict=True)})
+    return found
+
+
+def _edge_attnames(names: set[str]) -> list[tuple[str, str]]:
+    """(record field name, column attribute) pairs: a record may name a foreign key by either."""
+    return [(name, Edge._meta.get_field(name).attname) for name in sorted(names)]  # type: ignore[union-attr]
+
+
+def _edge_values(workspace_id: int, wanted: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """As `_memory_values`, for edges ({edge id text: {field: ...}})."""
+    pairs = _edge_attnames({name for fields in wanted.values() for name in fields})
+    rows = Edge.objects.filter(workspace_id=workspace_id, id__in=[int(k) for k in wanted]).values_list(
+        "id", *(attname for _, attname in pairs)
+    )
+    return {
+        str(row[0]): {name: encode_value(name, value) for (name, _), value in zip(pairs, row[1:], strict=True)}
+        for row in rows
+    }
+
+
 def record_revert_plan(record: EvolutionRecord) -> None:
     """Raise Conflict when the record's memory and edge changes cannot be undone exactly; otherwise return
     quietly."""
     memory_fields = {k: v for k, v in record.after.items() if is_uuid(k)}
     if memory_fields:
-        current = (
-            Memory.objects.select_related("score")
-            .filter(workspace=record.workspace, id__in=list(memory_fields))
-            .in_bulk()
-        )
+        current = _memory_values(record.workspace_id, memory_fields)
         for mid, fields in memory_fields.items():
-            memory = current.get(uuid.UUID(mid))
-            if memory is None:
+            now = current.get(mid)
+            if now is None:
                 raise Conflict(f"memory {mid} no longer exists", code="revert_conflict")
             for name, value in fields.items():
-                if encode_value(name, getattr(memory, name)) != value:
+                if now[name] != value:
                     later = _latest_later_record(record, mid)
                     by = f" by record {later}" if later is not None else ""
                     raise Conflict(
@@ -97,13 +130,13 @@ def record_revert_plan(record: EvolutionRecord) -> None:
             ).blocked_by(blocking[0], str(blocking[1]))
     edge_changes = record.after.get(EDGE_CHANGES, {})
     if edge_changes:
-        edges = Edge.objects.filter(workspace=record.workspace, id__in=[int(k) for k in edge_changes]).in_bulk()
+        edges = _edge_values(record.workspace_id, edge_changes)
         for eid, fields in edge_changes.items():
-            edge = edges.get(int(eid))
+            edge = edges.get(str(int(eid)))
             if edge is None:
                 raise Conflict(f"edge {eid} no longer exists", code="revert_conflict")
             for name, value in fields.items():
-                if encode_value(name, getattr(edge, name)) != value:
+                if edge[name] != value:
                     raise Conflict(f"edge {eid} field {name} changed later", code="revert_conflict")
 
 
@@ -123,37 +156,41 @@ def record_apply_revert(record: EvolutionRecord) -> None:
         else None
     )
     if memory_fields:
-        memories = (
-            Memory.objects.select_related("score")
-            .filter(workspace=record.workspace, id__in=list(memory_fields))
-            .in_bulk()
-        )
-        by_fields: dict[tuple[str, ...], list[Memory]] = {}
+        # Grouped by the fields they restore, each group one prepared UPDATE by key (memories.bulk); the
+        # scores fields go to the scores rows there.
+        by_fields: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
         for mid, fields in memory_fields.items():
-            memory = memories[uuid.UUID(mid)]
-            for name, value in fields.items():
-                setattr(memory, name, decode_value(name, value))
-            written = set(fields)
-            if VECTOR_FIELDS & written:
-                memory.embedded_at = stamp
-                written.add("embedded_at")
-            by_fields.setdefault(tuple(sorted(written)), []).append(memory)
-        for names, group in by_fields.items():
-            Memory.objects.bulk_update(group, list(names), batch_size=500)
+            names = sorted(fields)
+            values = [decode_value(name, fields[name]) for name in names]
+            if VECTOR_FIELDS & set(fields):
+                names.append("embedded_at")
+                values.append(stamp)
+            by_fields.setdefault(tuple(names), []).append((*values, uuid.UUID(mid)))
+        for group, rows in by_fields.items():
+            write_rows(Memory, list(group), rows)
     edge_before = record.before.get(EDGE_CHANGES, {})
     # Restoring a field the graph snapshot holds is a rewrite: appending newer edges cannot express it.
     rewritten = any(set(fields) & SNAPSHOT_EDGE_FIELDS for fields in edge_before.values())
     if edge_before:
-        edges = Edge.objects.filter(workspace=record.workspace, id__in=[int(k) for k in edge_before]).in_bulk()
-        moved = [edges[int(eid)] for eid, fields in edge_before.items() if set(fields) & SNAPSHOT_EDGE_FIELDS]
-        moved_from = [_edge_row(edge) for edge in moved]
+        moved_ids = [int(eid) for eid, fields in edge_before.items() if set(fields) & SNAPSHOT_EDGE_FIELDS]
+        moved_from = list(
+            Edge.objects.filter(workspace=record.workspace, id__in=moved_ids).values_list(
+                "source_id", "target_id", "edge_type", "weight"
+            )
+        )
+        edge_groups: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
         for eid, fields in edge_before.items():
-            edge = edges[int(eid)]
-            for name, value in fields.items():
-                setattr(edge, name, decode_value(name, value))
-            edge.save(update_fields=list(fields))
-        if moved:
-            graph_mirror(workspace=record.workspace, removed=moved_from, added=[_edge_row(edge) for edge in moved])
+            pairs = _edge_attnames(set(fields))
+            edge_groups.setdefault(tuple(attname for _, attname in pairs), []).append(
+                (*(decode_value(name, fields[name]) for name, _ in pairs), int(eid))
+            )
+        for attnames, rows in edge_groups.items():
+            write_rows(Edge, list(attnames), rows)
+        if moved_ids:
+            moved_to = Edge.objects.filter(workspace=record.workspace, id__in=moved_ids).values_list(
+                "source_id", "target_id", "edge_type", "weight"
+            )
+            graph_mirror(workspace=record.workspace, removed=moved_from, added=list(moved_to))
     created_edges = record.after.get(CREATED_EDGES, [])
     created = record.after.get(CREATED_MEMORIES, [])
     if created_edges or created:
