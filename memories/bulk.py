@@ -193,6 +193,12 @@ def _converter(field: models.Field[Any, Any]) -> Converter | None:
     return lambda v: field.get_db_prep_save(v, conn)
 
 
+def datetime_converter() -> Converter:
+    """`db_datetime` for the current backend, resolved once (a caller converting many values)."""
+    convert = _CONVERTERS.get(connection.vendor, {}).get(models.DateTimeField)
+    return _identity if convert is None else convert
+
+
 def db_datetime(value: datetime | None) -> Any:
     """A datetime as the current database backend stores it (naive UTC text on SQLite)."""
     convert = _CONVERTERS.get(connection.vendor, {}).get(models.DateTimeField)

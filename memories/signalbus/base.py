@@ -13,13 +13,13 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from django.db import connection, transaction
 
 from memories.algorithms.sortkey import activation_sort_key
-from memories.bulk import bulk_insert, db_datetime, new_instance
+from memories.bulk import datetime_converter, insert_rows, uuid_hex
 from memories.models import Memory, RetrievalEvent
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,61 @@ _BOOST_COLUMNS = (
 )
 
 
+_READ_CHUNK = 900
+"""Ids per locking read: below SQLite's 999 bound parameters."""
+
+# The boost read, in id order; FOR UPDATE on PostgreSQL (SQLite serialises writers anyway).
+_READ_COLUMNS = (
+    "id",
+    "workspace_id",
+    "activation_half_life_hours",
+    "activation_score",
+    "activation_last_boost_at",
+    "activation_boost_count",
+    "access_count",
+    "last_accessed",
+)
+
+
+def _read_boosted(ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
+    """`_READ_COLUMNS` of the memories `ids` (sorted), locked in id order, with ids as UUIDs and datetimes
+    aware (UTC).
+
+    Read with the cursor rather than the ORM: Django's per-value converters (a datetime parsed through
+    regular expressions and made aware, twice a row) cost more than the query (measured: 0.6 of 1.5 s
+    for 7,500 boosts over 5,300 memories).
+    """
+    sqlite = connection.vendor == "sqlite"
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    columns = ", ".join(connection.ops.quote_name(c) for c in _READ_COLUMNS)
+    rows: list[tuple[Any, ...]] = []
+    with connection.cursor() as cursor:
+        for start in range(0, len(ids), _READ_CHUNK):
+            chunk = ids[start : start + _READ_CHUNK]
+            marks = ", ".join(["%s"] * len(chunk))
+            cursor.execute(
+                f"SELECT {columns} FROM memories_memory WHERE id IN ({marks}) ORDER BY id{lock}",
+                [m.hex for m in chunk] if sqlite else list(chunk),
+            )
+            found = cursor.fetchall()
+            if not sqlite:
+                rows.extend(found)
+                continue
+            # SQLite: 32-digit hex ids and naive UTC text, as Django stores them.
+            by_hex = {m.hex: m for m in chunk}
+            rows.extend(
+                (by_hex[mid], ws, half, score, _aware(last_boost), boosts, accesses, _aware(accessed))
+                for mid, ws, half, score, last_boost, boosts, accesses, accessed in found
+            )
+    return rows
+
+
+def _aware(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value if value is None or value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
+
+
 def apply_signals(signals: Sequence[Signal]) -> FlushResult:
     """Write a batch of signals: one locked read and one executemany for boosts, one insert for events.
 
@@ -81,40 +136,23 @@ def apply_signals(signals: Sequence[Signal]) -> FlushResult:
     of the workspace it was queued for.
     """
     boosts: dict[uuid.UUID, list[Boost]] = defaultdict(list)
-    events: list[RetrievalEvent] = []
+    retrievals: list[Retrieval] = []
     for signal in signals:
         if isinstance(signal, Boost):
             boosts[signal.memory_id].append(signal)
         else:
-            events.append(
-                new_instance(
-                    RetrievalEvent,
-                    {
-                        "workspace_id": signal.workspace_id,
-                        "memory_id": signal.memory_id,
-                        "result_set": signal.result_set,
-                        "rank": min(signal.rank, 32767),
-                        "source": signal.source,
-                        "query": signal.query[:500],
-                        "session_id": signal.session_id[:128],
-                        "created_at": signal.at,
-                    },
-                )
-            )
+            retrievals.append(signal)
     changed: dict[int, list[tuple[str, float]]] = defaultdict(list)
+    found: set[uuid.UUID] = set()
     with transaction.atomic():
         if boosts:
-            ids = sorted(boosts)
-            rows: list[tuple[Any, ...]] = []
-            for start in range(0, len(ids), 900):
-                rows.extend(
-                    Memory.objects.filter(id__in=ids[start : start + 900])
-                    .select_for_update()
-                    .order_by("id")
-                    .values_list("id", "workspace_id", "activation_half_life_hours", *_BOOST_COLUMNS[:-1])
-                )
+            rows = _read_boosted(sorted(boosts))
+            # Resolved once: `connection` is a proxy whose every attribute read is a lookup (~2 us).
+            to_db = datetime_converter()
+            key = uuid_hex if connection.vendor == "sqlite" else _identity
             updates: list[tuple[Any, ...]] = []
             for mid, workspace_id, half_life, score, last_boost, boost_count, access_count, last_accessed in rows:
+                found.add(mid)
                 batch = [b for b in boosts[mid] if b.workspace_id == workspace_id]
                 if not batch:
                     continue
@@ -130,12 +168,12 @@ def apply_signals(signals: Sequence[Signal]) -> FlushResult:
                 updates.append(
                     (
                         score,
-                        db_datetime(latest),
+                        to_db(latest),
                         boost_count + len(batch),
                         access_count + len(batch),
-                        db_datetime(accessed),
+                        to_db(accessed),
                         activation_sort_key(score, latest, half_life),
-                        _memory_id(mid),
+                        key(mid),
                     )
                 )
                 changed[workspace_id].append((str(mid), score))
@@ -143,20 +181,38 @@ def apply_signals(signals: Sequence[Signal]) -> FlushResult:
                 assignments = ", ".join(f"{connection.ops.quote_name(c)} = %s" for c in _BOOST_COLUMNS)
                 with connection.cursor() as cursor:
                     cursor.executemany(f"UPDATE memories_memory SET {assignments} WHERE id = %s", updates)
-        if events:
-            existing = set(
-                Memory.objects.filter(id__in=list({e.memory_id for e in events})).values_list("id", flat=True)
-            )
+        if retrievals:
+            # Every retrieved memory is boosted too (retrieval_signals), so the boost read usually found them.
+            unknown = list({r.memory_id for r in retrievals} - found)
+            if unknown:
+                found.update(Memory.objects.filter(id__in=unknown).values_list("id", flat=True))
             # A memory hard-deleted between retrieval and flush has no events to keep.
-            bulk_insert(RetrievalEvent, [e for e in events if e.memory_id in existing])
+            insert_rows(
+                RetrievalEvent,
+                ("workspace_id", "memory_id", "result_set", "rank", "source", "query", "session_id", "created_at"),
+                (
+                    (
+                        r.workspace_id,
+                        r.memory_id,
+                        r.result_set,
+                        min(r.rank, 32767),
+                        r.source,
+                        r.query[:500],
+                        r.session_id[:128],
+                        r.at,
+                    )
+                    for r in retrievals
+                    if r.memory_id in found
+                ),
+            )
         if changed:
             snapshot = {ws: list(items) for ws, items in changed.items()}
             transaction.on_commit(lambda: _publish_activation(snapshot))
-    return FlushResult(boosted=sum(len(v) for v in changed.values()), events=len(events), changed=dict(changed))
+    return FlushResult(boosted=sum(len(v) for v in changed.values()), events=len(retrievals), changed=dict(changed))
 
 
-def _memory_id(value: uuid.UUID) -> Any:
-    return value if connection.features.has_native_uuid_field else value.hex
+def _identity(value: Any) -> Any:
+    return value
 
 
 def _publish_activation(changed: dict[int, list[tuple[str, float]]]) -> None:
