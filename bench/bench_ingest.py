@@ -37,6 +37,13 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=5_000)
     parser.add_argument("--turns", type=int, default=20_000)
     parser.add_argument("--json", default="", help="also write the rates to this JSON file (bench_scale)")
+    parser.add_argument(
+        "--working-share",
+        type=float,
+        default=0.0,
+        help="fraction of the memories that are working memories (each chunk then fills the working buffer and "
+        "the write-time evolve stage queues its consolidation run); default 0",
+    )
     add_database_argument(parser)
     args = parser.parse_args()
 
@@ -55,7 +62,7 @@ def main() -> None:
     items = [
         MemoryInput(
             content=sentence(rng),
-            memory_type=rng.choice(types),
+            memory_type="working" if rng.random() < args.working_share else rng.choice(types),
             created_at=base + timedelta(minutes=i),
             tags=(rng.choice(WORDS),),
         )
@@ -72,6 +79,16 @@ def main() -> None:
             lap = now
     elapsed = time.perf_counter() - started
     rate = args.count / elapsed
+    if args.working_share > 0:
+        from evolution.models import EvolutionRun
+
+        # The stage queues; the process's worker (EVOLUTION_WORKER, thread by default) consolidates beside the
+        # ingestion, which waits for neither. One applied run at a time: a buffer filled meanwhile waits.
+        runs = EvolutionRun.objects.filter(workspace=workspace)
+        print(
+            f"  working share {args.working_share:g}: the evolve stage queued {runs.count()} consolidation "
+            f"run(s), {runs.filter(status='completed').count()} completed by the end of the bulk ingestion"
+        )
 
     sessions = []
     per_session = 50

@@ -14,6 +14,11 @@ class EvolutionConfig(AppConfig):
         from memories.services import register_write_policy
 
         register_write_policy(write_policy_hook)
+        # Once those rows commit, the write-time evolve stage (evolution.evolve_stage) runs.
+        from evolution.evolve_stage import evolve_stage
+        from memories.services import register_ingest_stage
+
+        register_ingest_stage(evolve_stage)
 
         # The engine registers what approving and rejecting a strategy proposal does; evolution.merges and
         # evolution.dream_proposals what approving a merge, a reflection or a promotion does; evolution.forgetting

@@ -52,6 +52,26 @@ def register_write_policy(policy: WritePolicy) -> None:
         _write_policies.append(policy)
 
 
+# Hook for the write-time evolve stage, the last stage of ingestion: each stage runs once the creating
+# transaction has committed (robust: a failing stage is logged and never fails the committed ingestion).
+IngestStage = Callable[[Workspace, list[Memory], datetime], object]
+_ingest_stages: list[IngestStage] = []
+
+
+def register_ingest_stage(stage: IngestStage) -> None:
+    if stage not in _ingest_stages:
+        _ingest_stages.append(stage)
+
+
+def _stage_call(stage: IngestStage, workspace: Workspace, memories: list[Memory], now: datetime) -> Callable[[], None]:
+    """The on-commit callback of one stage (a named function: Django logs a robust callback's failure by it)."""
+
+    def ingest_stage() -> None:
+        stage(workspace, memories, now)
+
+    return ingest_stage
+
+
 def _username(actor: User | None) -> str:
     """The actor's username; "" for the engine or an anonymous caller."""
     return getattr(actor, "username", "") if actor is not None and actor.is_authenticated else ""
@@ -221,6 +241,8 @@ def _insert(workspace: Workspace, memories: list[Memory], now: datetime) -> None
     if memories and _write_policies:
         for policy in _write_policies:
             policy(workspace, memories, now)
+    for stage in _ingest_stages if memories else ():
+        transaction.on_commit(_stage_call(stage, workspace, memories, now), robust=True)
 
 
 @transaction.atomic

@@ -216,6 +216,7 @@ def test_settings_get_and_patch_echo_the_effective_values(api: APIClient, worksp
         "compression_enabled": False,
         "cycle_every_hours": 0.0,
         "dream_every_hours": 0.0,
+        "evolve_at_ingest": True,
         "forget_after_days": 180.0,
         "forgotten_enabled": False,
     }

@@ -98,6 +98,7 @@ def test_evolution_settings_know_compression_and_accept_registered_keys(monkeypa
         "compression_enabled": False,
         "cycle_every_hours": 0.0,
         "dream_every_hours": 0.0,
+        "evolve_at_ingest": True,
         "forget_after_days": 180.0,
         "forgotten_enabled": False,
     }
