@@ -115,7 +115,8 @@ def schedule_cycle(workspace: Workspace, now: datetime) -> EvolutionRun | None:
         return None
     with transaction.atomic():
         Workspace.objects.select_for_update().filter(pk=workspace.pk).values_list("pk").first()
-        if not cycle_due(workspace, now, timedelta(hours=hours)):
+        if not cycle_due(workspace, now, timedelta(hours=hours)) or reverting_run(workspace) is not None:
+            # A cycle due while a run is being reverted is queued at a later look, once the revert is done.
             return None
         names = resolve_names(None)
         run = EvolutionRun.objects.create(
@@ -147,6 +148,23 @@ def schedule_due(now: datetime | None = None) -> list[EvolutionRun]:
     return queued
 
 
+REVERT_SUMMARY: Final = "revert"
+"""Key of a run's summary while and after it is reverted: state (reverting, reverted, stopped), records,
+reverted, transactions, longest_transaction_ms, heartbeat (ISO time, refreshed by every transaction)."""
+
+
+def reverting_run(workspace: Workspace) -> EvolutionRun | None:
+    """The run of ``workspace`` whose revert is under way: its state says reverting and its last transaction
+    is younger than the lease (an older one belongs to a process that died; reverting again takes over).
+    Wall-clock time, as the heartbeat is (a scheduler's injected clock does not move it)."""
+    now = timezone.now()
+    for run in EvolutionRun.objects.filter(workspace=workspace, **{f"summary__{REVERT_SUMMARY}__state": "reverting"}):
+        heartbeat = run.summary.get(REVERT_SUMMARY, {}).get("heartbeat")
+        if isinstance(heartbeat, str) and now - datetime.fromisoformat(heartbeat) < lease():
+            return run
+    return None
+
+
 def run_enqueue(
     *, workspace: Workspace, actor: User | None, evolvers: Sequence[str] | None, dry_run: bool
 ) -> EvolutionRun:
@@ -170,6 +188,13 @@ def run_enqueue(
                 raise Conflict(
                     f"run {busy.id} of workspace {workspace.slug!r} is {busy.status}; one applied run at a time "
                     "(cancel it or wait for it to finish)",
+                    code="run_in_progress",
+                )
+            undoing = reverting_run(workspace)
+            if undoing is not None:
+                raise Conflict(
+                    f"run {undoing.id} of workspace {workspace.slug!r} is being reverted; an applied run starts "
+                    "once the revert has finished",
                     code="run_in_progress",
                 )
         run = EvolutionRun.objects.create(

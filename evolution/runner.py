@@ -495,11 +495,11 @@ class _Held:
         self.longest = max(self.longest, seconds)
 
 
-# The longest pause between two write transactions of a run on SQLite (seconds): see `_let_others_in`.
+# The longest pause between two write transactions of a run on SQLite (seconds): see `let_others_in`.
 MAX_PAUSE_SECONDS: Final = 0.1
 
 
-def _let_others_in(held: float) -> None:
+def let_others_in(held: float) -> None:
     """After a write transaction on SQLite, leave the database free for as long as it was held (5-100 ms).
 
     SQLite keeps no queue of waiting writers: each retries on its own (its busy handler sleeps 1, 2, 5 ... 50
@@ -584,7 +584,7 @@ def _chunked(
                 run.save(update_fields=["summary"])
         held.note(time.perf_counter() - began)
         if entry is None:
-            _let_others_in(time.perf_counter() - began)
+            let_others_in(time.perf_counter() - began)
     if skipped:
         log.info("%s in run %s left %d rows alone: they changed after it read them", name, run.pk, skipped)
     return entry
@@ -616,7 +616,7 @@ def undo_evolver(run: EvolutionRun, name: str) -> int:
             except Conflict as exc:
                 log.warning("record %s of run %s stays: %s", pk, run.pk, exc.detail)
                 kept += 1
-        _let_others_in(time.perf_counter() - began)
+        let_others_in(time.perf_counter() - began)
     if ids:
         log.info("took back %d of %d records %s committed in run %s", len(ids) - kept, len(ids), name, run.pk)
     return kept

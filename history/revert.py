@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 User = AbstractBaseUser | AnonymousUser
 Check = Callable[[EvolutionRecord], None]
 Apply = Callable[[EvolutionRecord], None]
+CheckMany = Callable[[Sequence[EvolutionRecord]], None]
 
 # Informational keys of a revert record's `after` (a revert is undone by a revert of the revert only when no
 # row had to be deleted).
@@ -36,12 +37,19 @@ DELETED_MEMORIES = "deleted_memories"
 DELETED_EDGES = "deleted_edges"
 
 _handlers: list[tuple[Check, Apply]] = []
+_many_checks: list[CheckMany] = []
 
 
-def register_revert_handler(check: Check, apply: Apply) -> None:
-    """Add an app's check and apply for the rows it owns (registering the same pair twice is a no-op)."""
+def register_revert_handler(check: Check, apply: Apply, check_many: CheckMany | None = None) -> None:
+    """Add an app's check and apply for the rows it owns (registering the same pair twice is a no-op).
+
+    ``check_many(records)`` raises what ``check`` would raise for the first of ``records`` (newest first)
+    that could not be undone once the ones before it in the list were: the rows as those reverts would
+    leave them, read without writing anything (see ``check_revertible_together``)."""
     if (check, apply) not in _handlers:
         _handlers.append((check, apply))
+    if check_many is not None and check_many not in _many_checks:
+        _many_checks.append(check_many)
 
 
 def _revert_record_for(record: EvolutionRecord, actor: User | None, now: datetime) -> EvolutionRecord:
@@ -78,6 +86,26 @@ def _revert_record_for(record: EvolutionRecord, actor: User | None, now: datetim
 
 def check_revertible(record: EvolutionRecord) -> None:
     """Raise Conflict (with the code the API answers) when `record` cannot be undone exactly."""
+    _check_kind(record)
+    for check, _ in _handlers:
+        check(record)
+
+
+def check_revertible_together(records: Sequence[EvolutionRecord]) -> None:
+    """Raise Conflict when `records`, undone one after another in the given order (newest first), would not
+    all be undone: what ``revert_records`` would refuse in one transaction, found by reading only. A caller
+    may then undo them in several transactions (evolution.services.run_revert), each record checked again
+    as it is undone, so a write that came in between is still refused and nothing is undone inexactly."""
+    for record in records:
+        _check_kind(record)
+    if len(_many_checks) != len(_handlers):
+        raise RuntimeError("every revert handler needs a check_many to check records together")
+    for check_many in _many_checks:
+        check_many(records)
+
+
+def _check_kind(record: EvolutionRecord) -> None:
+    """The rules of every record, whatever rows it touched."""
     if record.dry_run:
         raise Conflict(f"record {record.pk} is a dry run; there is nothing to revert", code="dry_run")
     if record.reverted_at is not None:
@@ -99,8 +127,6 @@ def check_revertible(record: EvolutionRecord) -> None:
             "recreated exactly. Run the evolver again instead.",
             code="not_revertible",
         )
-    for check, _ in _handlers:
-        check(record)
 
 
 def revertible(record: EvolutionRecord) -> bool:

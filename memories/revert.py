@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Sequence, Set
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +20,8 @@ from django.db.models import F, Q
 from core.errors import Conflict
 from graph.writes import graph_mirror
 from history.audit import CREATED_EDGES, CREATED_MEMORIES, EDGE_CHANGES, encode_value, is_uuid
-from history.models import EvolutionRecord, RecordLink
+from history.models import Action, EvolutionRecord, RecordLink
+from history.revert import REVERTED_RECORD
 from memories.bulk import write_rows
 from memories.embedding_service import vectors_touch
 from memories.models import Edge, Memory, MemoryScore, Workspace
@@ -34,12 +37,14 @@ SNAPSHOT_EDGE_FIELDS = frozenset({"source", "source_id", "target", "target_id", 
 """Edge fields a graph snapshot holds; restoring one of them is a graph rewrite."""
 
 
-def _latest_later_record(record: EvolutionRecord, memory_id: str) -> int | None:
-    """The newest applied record after ``record`` that touched ``memory_id`` (what a revert must undo first)."""
-    later: int | None = (
+def _latest_later_record(record: EvolutionRecord, memory_id: str, undone: Set[int] = frozenset()) -> int | None:
+    """The newest applied record after ``record`` that touched ``memory_id`` (what a revert must undo first),
+    the records of ``undone`` aside."""
+    later = (
         RecordLink.objects.filter(memory_id=memory_id, record__gt=record.pk)
         .exclude(record__reverted_at__isnull=False)
         .exclude(record__dry_run=True)
+        .exclude(record__in=list(undone))
         .order_by("-record_id")
         .values_list("record_id", flat=True)
         .first()
@@ -95,49 +100,136 @@ def _edge_values(workspace_id: int, wanted: dict[str, dict[str, Any]]) -> dict[s
     }
 
 
+@dataclass
+class _Rows:
+    """The rows a revert check compares, encoded as records hold them, and the applied records that link the
+    memories some record created. ``undone``: records taken as undone already (the newer ones of a list
+    being checked together); ``reverts_of``: revert record id -> the record it undid."""
+
+    memories: dict[str, dict[str, Any]]
+    edges: dict[str, dict[str, Any]]
+    links: dict[str, list[tuple[int, str]]]
+    reverts_of: dict[int, int]
+    undone: set[int] = field(default_factory=set)
+
+
+_READ_CHUNK = 2000
+"""Ids per read of the rows a check compares (well under every backend's bound-parameter limit)."""
+
+
+def _read_rows(records: Sequence[EvolutionRecord]) -> _Rows:
+    """The current values of every field ``records`` changed (after and before), and the links of applied
+    records to the memories they created."""
+    workspace_id = records[0].workspace_id
+    wanted: dict[str, dict[str, Any]] = {}
+    edges_wanted: dict[str, dict[str, Any]] = {}
+    created: list[str] = []
+    for record in records:
+        for side in (record.after, record.before):
+            for key, fields in side.items():
+                if is_uuid(key):
+                    wanted.setdefault(key, {}).update(dict.fromkeys(fields))
+            for eid, fields in side.get(EDGE_CHANGES, {}).items():
+                edges_wanted.setdefault(str(int(eid)), {}).update(dict.fromkeys(fields))
+        created.extend(record.after.get(CREATED_MEMORIES, []))
+    memories: dict[str, dict[str, Any]] = {}
+    keys = list(wanted)
+    for at in range(0, len(keys), _READ_CHUNK):
+        memories.update(_memory_values(workspace_id, {k: wanted[k] for k in keys[at : at + _READ_CHUNK]}))
+    edges: dict[str, dict[str, Any]] = {}
+    keys = list(edges_wanted)
+    for at in range(0, len(keys), _READ_CHUNK):
+        edges.update(_edge_values(workspace_id, {k: edges_wanted[k] for k in keys[at : at + _READ_CHUNK]}))
+    links: dict[str, list[tuple[int, str]]] = {}
+    oldest = min(record.pk for record in records)
+    for at in range(0, len(created), _READ_CHUNK):
+        rows = (
+            RecordLink.objects.filter(memory_id__in=created[at : at + _READ_CHUNK], record__gt=oldest)
+            .exclude(record__reverted_at__isnull=False)
+            .exclude(record__dry_run=True)
+            .values_list("memory_id", "record_id", "record__action")
+        )
+        for memory_id, record_id, action in rows:
+            links.setdefault(str(memory_id), []).append((record_id, action))
+    revert_ids = sorted({rid for pairs in links.values() for rid, action in pairs if action == Action.REVERT})
+    reverts_of: dict[int, int] = {}
+    for at in range(0, len(revert_ids), _READ_CHUNK):
+        reverts = EvolutionRecord.objects.filter(pk__in=revert_ids[at : at + _READ_CHUNK]).values_list(
+            "pk", f"after__{REVERTED_RECORD}"
+        )
+        reverts_of.update({pk: int(undid) for pk, undid in reverts if isinstance(undid, int)})
+    return _Rows(memories, edges, links, reverts_of)
+
+
+def _check(record: EvolutionRecord, rows: _Rows) -> None:
+    """Raise Conflict when ``record``'s memory and edge changes cannot be undone exactly from ``rows``."""
+    for mid, fields in record.after.items():
+        if not is_uuid(mid):
+            continue
+        now = rows.memories.get(mid)
+        if now is None:
+            raise Conflict(f"memory {mid} no longer exists", code="revert_conflict")
+        for name, value in fields.items():
+            if now[name] != value:
+                later = _latest_later_record(record, mid, rows.undone)
+                by = f" by record {later}" if later is not None else ""
+                raise Conflict(
+                    f"memory {mid} field {name} changed after record {record.pk}{by}; revert the later change first",
+                    code="revert_conflict",
+                ).blocked_by(later, mid)
+    for mid in record.after.get(CREATED_MEMORIES, []):
+        for record_id, action in sorted(rows.links.get(str(mid), [])):
+            # A later record that is undone (or undoes a change made after this record) leaves the memory as
+            # this record created it.
+            if (
+                record_id <= record.pk
+                or record_id in rows.undone
+                or (action == Action.REVERT and rows.reverts_of.get(record_id, 0) > record.pk)
+            ):
+                continue
+            raise Conflict(
+                f"record {record_id} changed a memory this record created; revert it first",
+                code="revert_conflict",
+            ).blocked_by(record_id, str(mid))
+    for eid, fields in record.after.get(EDGE_CHANGES, {}).items():
+        edge = rows.edges.get(str(int(eid)))
+        if edge is None:
+            raise Conflict(f"edge {eid} no longer exists", code="revert_conflict")
+        for name, value in fields.items():
+            if edge[name] != value:
+                raise Conflict(f"edge {eid} field {name} changed later", code="revert_conflict")
+
+
+def _undo(record: EvolutionRecord, rows: _Rows) -> None:
+    """``rows`` as undoing ``record`` leaves them (its before values back, what it created gone)."""
+    for mid, fields in record.before.items():
+        if is_uuid(mid) and mid in rows.memories:
+            rows.memories[mid].update(fields)
+    for eid, fields in record.before.get(EDGE_CHANGES, {}).items():
+        if str(int(eid)) in rows.edges:
+            rows.edges[str(int(eid))].update(fields)
+    for mid in record.after.get(CREATED_MEMORIES, []):
+        rows.memories.pop(str(mid), None)
+    for eid in record.after.get(CREATED_EDGES, []):
+        rows.edges.pop(str(int(eid)), None)
+    rows.undone.add(record.pk)
+
+
 def record_revert_plan(record: EvolutionRecord) -> None:
     """Raise Conflict when the record's memory and edge changes cannot be undone exactly; otherwise return
     quietly."""
-    memory_fields = {k: v for k, v in record.after.items() if is_uuid(k)}
-    if memory_fields:
-        current = _memory_values(record.workspace_id, memory_fields)
-        for mid, fields in memory_fields.items():
-            now = current.get(mid)
-            if now is None:
-                raise Conflict(f"memory {mid} no longer exists", code="revert_conflict")
-            for name, value in fields.items():
-                if now[name] != value:
-                    later = _latest_later_record(record, mid)
-                    by = f" by record {later}" if later is not None else ""
-                    raise Conflict(
-                        f"memory {mid} field {name} changed after record {record.pk}{by}; revert the later change "
-                        "first",
-                        code="revert_conflict",
-                    ).blocked_by(later, mid)
-    created = record.after.get(CREATED_MEMORIES, [])
-    if created:
-        blocking = (
-            RecordLink.objects.filter(memory_id__in=created, record__gt=record.pk)
-            .exclude(record__reverted_at__isnull=False)
-            .exclude(record__dry_run=True)
-            .values_list("record_id", "memory_id")
-            .first()
-        )
-        if blocking is not None:
-            raise Conflict(
-                f"record {blocking[0]} changed a memory this record created; revert it first",
-                code="revert_conflict",
-            ).blocked_by(blocking[0], str(blocking[1]))
-    edge_changes = record.after.get(EDGE_CHANGES, {})
-    if edge_changes:
-        edges = _edge_values(record.workspace_id, edge_changes)
-        for eid, fields in edge_changes.items():
-            edge = edges.get(str(int(eid)))
-            if edge is None:
-                raise Conflict(f"edge {eid} no longer exists", code="revert_conflict")
-            for name, value in fields.items():
-                if edge[name] != value:
-                    raise Conflict(f"edge {eid} field {name} changed later", code="revert_conflict")
+    _check(record, _read_rows([record]))
+
+
+def records_revert_plan(records: Sequence[EvolutionRecord]) -> None:
+    """Raise Conflict as ``record_revert_plan`` would for the first of ``records`` (newest first) that could not
+    be undone once the ones before it were; reads the rows once and undoes nothing."""
+    if not records:
+        return
+    rows = _read_rows(records)
+    for record in records:
+        _check(record, rows)
+        _undo(record, rows)
 
 
 def _edge_row(edge: Edge) -> tuple[uuid.UUID, uuid.UUID, str, float]:
@@ -216,4 +308,4 @@ def register() -> None:
     """Make ``history.revert`` check and undo memory and edge changes (called by MemoriesConfig.ready)."""
     from history.revert import register_revert_handler
 
-    register_revert_handler(record_revert_plan, record_apply_revert)
+    register_revert_handler(record_revert_plan, record_apply_revert, records_revert_plan)

@@ -206,3 +206,135 @@ def test_records_of_a_big_evolver_are_chunked_and_each_memory_keeps_its_reason(k
     assert records[1].after["reasons"][some].startswith("retention exp(-5.00d/30.00d)")
     history, _ = selectors.memory_history(workspace=kit.workspace, memory_id=some)
     assert [r.pk for r in history] == [records[1].pk]
+
+
+# -- a run's revert in bounded transactions ------------------------------------------------------------
+
+
+def test_a_run_revert_commits_record_by_record_within_the_budget_and_says_so(kit: Any, settings: Any) -> None:
+    busy_workspace(kit)
+    memories, edges = kit.memory_rows(observations=False), kit.edge_rows(observations=False)
+    run = kit.run()
+    records = EvolutionRecord.objects.filter(run=run).count()
+    assert records > 3
+    settings.EVOLUTION_TRANSACTION_MS = 0  # every transaction holds one record
+    reverts = services.run_revert(workspace=kit.workspace, run=run, actor=kit.user)
+    assert len(reverts) == records
+    assert kit.memory_rows(observations=False) == memories
+    assert kit.edge_rows(observations=False) == edges
+    run.refresh_from_db()
+    assert run.status == RunStatus.REVERTED
+    progress = run.summary["revert"]
+    assert progress["state"] == "reverted"
+    assert progress["records"] == progress["reverted"] == records
+    assert progress["transactions"] == records
+    assert progress["longest_transaction_ms"] >= 0.0
+
+
+def test_a_change_between_two_revert_transactions_stops_the_revert_with_each_record_whole(
+    kit: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    busy_workspace(kit)
+    run = kit.run()
+    records = list(EvolutionRecord.objects.filter(run=run).order_by("-id"))
+    episode = Memory.objects.get(memory_type="episodic", origin__startswith="evolver:")
+    settings.EVOLUTION_TRANSACTION_MS = 0
+    real = services.revert_records
+    calls = []
+
+    def then_someone_edits(*args: Any, **kwargs: Any) -> Any:
+        # After the first (newest) record is undone and committed, a person edits the episode the run's oldest
+        # record created: the checks done before the revert began could not know.
+        done = real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:
+            memory_services.memory_update(
+                workspace=kit.workspace,
+                memory=Memory.objects.get(id=episode.id),
+                actor=kit.user,
+                changes={"content": "edited while the revert ran"},
+            )
+        return done
+
+    monkeypatch.setattr(services, "revert_records", then_someone_edits)
+    with pytest.raises(Conflict) as caught:
+        services.run_revert(workspace=kit.workspace, run=run, actor=kit.user)
+    assert caught.value.code == "revert_conflict"
+    # The records newer than the one that created the episode were undone, then that one was refused.
+    assert caught.value.detail.startswith(f"reverted {len(calls)} of {len(records)} records")
+    assert 0 < len(calls) < len(records)
+    assert caught.value.blocking_record_id is not None
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPLETED
+    assert run.summary["revert"]["state"] == "stopped"
+    undone = set(EvolutionRecord.objects.filter(run=run, reverted_at__isnull=False).values_list("id", flat=True))
+    # Newest first, each record whole: the undone ones are exactly the newest, and each has its revert record.
+    assert undone == {r.pk for r in records[: len(calls)]}
+    assert all(r.reverted_by_id is not None for r in EvolutionRecord.objects.filter(id__in=undone))
+    # The person's change is a recorded change: undo it, and the run's revert finishes what it began.
+    monkeypatch.setattr(services, "revert_records", real)
+    edit = EvolutionRecord.objects.filter(action="update", links__memory_id=episode.id).latest("id")
+    record_revert(workspace=kit.workspace, record_id=edit.pk, actor=kit.user)
+    services.run_revert(workspace=kit.workspace, run=run, actor=kit.user)
+    run.refresh_from_db()
+    assert run.status == RunStatus.REVERTED
+    assert not EvolutionRecord.objects.filter(run=run, reverted_at__isnull=True).exists()
+    assert not Memory.objects.filter(id=episode.id).exists()
+
+
+def test_while_a_run_is_reverted_no_applied_run_is_queued_nor_a_second_revert_started(kit: Any) -> None:
+    from django.utils import timezone
+
+    from evolution import jobs
+
+    busy_workspace(kit)
+    run = kit.run()
+    run.summary = {**run.summary, "revert": {"state": "reverting", "heartbeat": timezone.now().isoformat()}}
+    run.save(update_fields=["summary"])
+    with pytest.raises(Conflict) as queued:
+        jobs.run_enqueue(workspace=kit.workspace, actor=kit.user, evolvers=None, dry_run=False)
+    assert queued.value.code == "run_in_progress" and "being reverted" in queued.value.detail
+    with pytest.raises(Conflict) as again:
+        services.run_revert(workspace=kit.workspace, run=run, actor=kit.user)
+    assert again.value.code == "revert_in_progress"
+    assert not EvolutionRecord.objects.filter(run=run, reverted_at__isnull=False).exists()
+    # A dry run changes nothing and may start; a revert that stopped answering for a lease is taken over.
+    jobs.run_enqueue(workspace=kit.workspace, actor=kit.user, evolvers=None, dry_run=True)
+    stale = (timezone.now() - jobs.lease() - timedelta(seconds=1)).isoformat()
+    run.summary = {**run.summary, "revert": {"state": "reverting", "heartbeat": stale}}
+    run.save(update_fields=["summary"])
+    services.run_revert(workspace=kit.workspace, run=run, actor=kit.user)
+    run.refresh_from_db()
+    assert run.status == RunStatus.REVERTED
+
+
+def test_a_memory_a_record_created_can_be_removed_once_the_later_change_to_it_was_reverted(kit: Any) -> None:
+    for k in range(34):
+        kit.mem(f"deploy note {k}", memory_type="working", age_days=0.01)
+    promote = EvolutionRecord.objects.get(run=kit.run("EnhancedWorkingToEpisodic"), action="promote")
+    episode = Memory.objects.get(memory_type="episodic", origin__startswith="evolver:")
+    memory_services.memory_update(
+        workspace=kit.workspace, memory=episode, actor=kit.user, changes={"content": "a better summary"}
+    )
+    edit = EvolutionRecord.objects.filter(action="update", links__memory_id=episode.id).latest("id")
+    with pytest.raises(Conflict):
+        record_revert(workspace=kit.workspace, record_id=promote.pk, actor=kit.user)
+    # Undoing the edit puts the episode back as the promotion made it: the revert record of the edit is
+    # no later change to it.
+    record_revert(workspace=kit.workspace, record_id=edit.pk, actor=kit.user)
+    record_revert(workspace=kit.workspace, record_id=promote.pk, actor=kit.user)
+    assert not Memory.objects.filter(id=episode.id).exists()
+
+
+def test_the_run_page_says_where_a_stopped_revert_stopped(kit: Any, client: Any) -> None:
+    busy_workspace(kit)
+    run = kit.run()
+    run.summary = {
+        **run.summary,
+        "revert": {"state": "stopped", "records": 7, "reverted": 3, "error": "record 9 changed a memory"},
+    }
+    run.save(update_fields=["summary"])
+    client.force_login(kit.user)
+    page = client.get(f"/w/{kit.workspace.slug}/evolution/runs/{run.id}/").content.decode()
+    assert "The last revert stopped after 3 of 7 records: record 9 changed a memory" in page
+    assert 'id="run-revert"' in page

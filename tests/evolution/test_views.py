@@ -552,6 +552,7 @@ def test_preview_lists_counts_and_before_after_then_apply_then_revert(
     assert Memory.objects.filter(id__in=[m.id for m in old], status=Status.ACTIVE).count() == 2
     reverted = html_of(browser.get(f"{BASE}/runs/{run.id}/"))
     assert "Revert this run" not in reverted and ">reverted<" in reverted
+    assert re.search(r'id="run-revert-done">in 1 transaction, the longest [0-9.]+ ms<', reverted)
 
 
 def test_one_record_of_a_run_reverts_alone(
