@@ -17,6 +17,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from memories.live import RemembersLoop  # noqa: E402
 from smartmemory_site.bodylimit import BodyLimit  # noqa: E402
 from smartmemory_site.mcp.http import with_mcp  # noqa: E402
 from smartmemory_site.routing import websocket_urlpatterns  # noqa: E402
@@ -32,6 +33,7 @@ application = ProtocolTypeRouter(
             max_bytes=settings.REQUEST_MAX_BYTES,
             max_bulk_bytes=settings.REQUEST_MAX_BULK_BYTES,
         ),
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # RemembersLoop: in-memory pushes from other threads run on this loop (memories.live.group_send).
+        "websocket": RemembersLoop(AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))),
     }
 )
