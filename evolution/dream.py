@@ -61,7 +61,7 @@ from evolution.algorithms.engine import REVIEW_TASK_TYPE, lesson_key
 from evolution.engine import DREAM_ORIGIN, reflection_record
 from evolution.engine_inputs import DREAM_TOPIC, ReflectionInput
 from evolution.engine_selectors import is_dream_reflection, reflection_fields
-from evolution.llm import ExtractiveClient, LLMClient, LLMError, default_client
+from evolution.llm import LLMClient, configured_client, written_reflection
 from evolution.models import DreamReport, EvolutionRun, Outcome, OutcomeResult, Proposal, ProposalStatus, RunStatus
 from history import audit
 from history.models import Action, EvolutionRecord
@@ -71,7 +71,6 @@ User = AbstractBaseUser | AnonymousUser
 log = logging.getLogger(__name__)
 
 DREAM_EVOLVER: Final = "Dream"
-DETERMINISTIC: Final = "deterministic"
 # Key of a dream reflection's metadata holding the detector's draft and who wrote the logged lines.
 PATTERN_KEY: Final = "dream_pattern"
 TRACKED_TYPES: Final = (MemoryType.STRATEGY, MemoryType.CORRECTION, MemoryType.PREFERENCE)
@@ -283,39 +282,6 @@ def tier_pattern(changes: Sequence[tiers.TierChange]) -> Pattern | None:
     return Pattern(context="memory tiers", reflection=reflection, lesson=lesson)
 
 
-@dataclass(frozen=True)
-class Written:
-    """A pattern's reflection and lesson as logged, who wrote them, and why the LLM did not when it failed."""
-
-    reflection: str
-    lesson: str
-    written_by: str
-    llm_error: str = ""
-
-
-def write_reflection(pattern: Pattern, client: LLMClient | None, client_error: str = "") -> Written:
-    """The REFLECTION and LESSON lines of `pattern`: the LLM's when a client other than the extractive default
-    is configured and answers, else the detector's draft (with the LLM's error, when it failed)."""
-    if client is None or isinstance(client, ExtractiveClient):
-        return Written(pattern.reflection, pattern.lesson, DETERMINISTIC, client_error)
-    try:
-        reflection, lesson = client.reflect(
-            context=pattern.context, reflection=pattern.reflection, lesson=pattern.lesson
-        )
-    except LLMError as exc:
-        log.warning("dream reflection on %r written without the LLM: %s", pattern.context, exc)
-        return Written(pattern.reflection, pattern.lesson, DETERMINISTIC, str(exc))
-    return Written(reflection, lesson, f"llm:{client.name}")
-
-
-def _reflection_client() -> tuple[LLMClient | None, str]:
-    """The configured client, or None and the reason when the settings name an endpoint it cannot use."""
-    try:
-        return default_client(), ""
-    except LLMError as exc:
-        return None, str(exc)
-
-
 def _recent_dream_log(workspace: Workspace, now: datetime) -> set[tuple[str, str]]:
     since = now - timedelta(days=tiers.HOT_WINDOW_DAYS)
     rows = Memory.objects.filter(
@@ -370,7 +336,8 @@ def dream_run(
 ) -> DreamReport:
     """Run the dream cycle at ``now``; returns the report (unsaved, with ``pk`` None, for a dry run).
 
-    ``client`` writes the reflections (default: the settings' client, see ``write_reflection``).
+    ``client`` writes the reflections and reflection proposals (default: the settings' client, see
+    ``evolution.llm.written_reflection``).
     Idempotent at a fixed ``now``: a second run finds nothing to move and nothing new to log.
     """
     now = now or timezone.now()
@@ -470,10 +437,13 @@ def _dream(
             patterns.append(pattern)
     reflections: list[dict[str, Any]] = []
     client_error = ""
-    if patterns and client is None:
-        client, client_error = _reflection_client()
+    if client is None:
+        # Building the client makes no request; only a pattern to write calls the endpoint.
+        client, client_error = configured_client()
     for pattern in patterns:
-        written = write_reflection(pattern, client, client_error)
+        written = written_reflection(
+            client, context=pattern.context, reflection=pattern.reflection, lesson=pattern.lesson, error=client_error
+        )
         memory_id: str | None = None
         if not dry_run:
             draft = {"reflection": pattern.reflection, "lesson": pattern.lesson, "written_by": written.written_by}
@@ -507,7 +477,9 @@ def _dream(
         reflections.append(entry)
 
     # After the log is written: today's reflections count towards a promotion.
-    proposed = dream_proposals.dream_propose(workspace=workspace, now=now, dry_run=dry_run)
+    proposed = dream_proposals.dream_propose(
+        workspace=workspace, now=now, dry_run=dry_run, client=client, client_error=client_error
+    )
     # Listed after proposing, so the report's "waiting" counts what this dream proposed too.
     pending = list(
         Proposal.objects.filter(workspace=workspace, status=ProposalStatus.PENDING).order_by("created_at", "pk")

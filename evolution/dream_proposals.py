@@ -2,7 +2,9 @@
 
 * **reflection** proposals: the patterns of the week in evolution.algorithms.reflection (a task type whose
   success rate dropped, an issue that keeps failing tasks), in the three lines CONTEXT / REFLECTION / LESSON
-  every reflection has. A pattern is proposed at most once per 7 days (payload ``pattern``). Approving
+  every reflection has, written by the LLM from the detector's draft when one is configured (payload
+  ``written_by``; ``llm_error`` and the draft when it failed). A pattern is proposed at most once per 7 days
+  (payload ``pattern``, the detector's key). Approving
   (``reflection_apply``) writes the reflection memory through ``engine.reflection_record``, as
   POST /reflections/ does, with topic ``dream`` (its lesson rests on outcomes the engine already counts);
   the reviewer may rewrite the three lines (then the origin is theirs).
@@ -36,6 +38,7 @@ from evolution import engine, engine_inputs, engine_selectors
 from evolution.algorithms import engine as algo
 from evolution.algorithms.reflection import week_patterns
 from evolution.derived import created_after, derived_memory, insert_derived
+from evolution.llm import LLMClient, written_reflection
 from evolution.models import Proposal, ProposalKind, ProposalStatus
 from evolution.proposals import ProposalDraft, proposals_create, register_proposal_applier, reviewer_changed
 from history import audit
@@ -63,8 +66,14 @@ def _summary(p: Proposal | ProposalDraft, pk: int | None) -> dict[str, Any]:
 # -- reflections ----------------------------------------------------------------------------------
 
 
-def reflection_drafts(*, workspace: Workspace, now: datetime) -> list[ProposalDraft]:
-    """The week's patterns not proposed in the 7 days up to `now`, as reflection proposal drafts."""
+def reflection_drafts(
+    *, workspace: Workspace, now: datetime, client: LLMClient | None = None, client_error: str = ""
+) -> list[ProposalDraft]:
+    """The week's patterns not proposed in the 7 days up to `now`, as reflection proposal drafts.
+
+    `client` writes the REFLECTION and LESSON lines from the detector's draft when an LLM is configured
+    (``llm.written_reflection``; the payload's ``written_by``, and ``llm_error`` when it failed and the draft
+    was kept); the payload's ``pattern`` stays the detector's key, so the model's wording never re-proposes."""
     outcomes = engine_selectors.engine_outcomes(engine_selectors.outcomes_in_order(workspace=workspace))
     since = now - timedelta(days=algo.LESSON_WINDOW_DAYS)
     recent = Proposal.objects.filter(
@@ -75,10 +84,16 @@ def reflection_drafts(*, workspace: Workspace, now: datetime) -> list[ProposalDr
     for pattern in week_patterns(outcomes, now):
         if pattern.key in known:
             continue
+        written = written_reflection(
+            client, context=pattern.context, reflection=pattern.reflection, lesson=pattern.lesson, error=client_error
+        )
+        extra: dict[str, Any] = {"written_by": written.written_by}
+        if written.llm_error:
+            extra["llm_error"] = written.llm_error
         drafts.append(
             ProposalDraft(
                 kind=ProposalKind.REFLECTION,
-                title=f"Reflect on {pattern.context}: {pattern.reflection}"[:300],
+                title=f"Reflect on {pattern.context}: {written.reflection}"[:300],
                 rationale=(
                     f"The dream noticed this in the outcomes of the last {algo.LESSON_WINDOW_DAYS} days "
                     f"({len(pattern.evidence)} readings). Approving adds it to the reflection log (memory type "
@@ -88,9 +103,10 @@ def reflection_drafts(*, workspace: Workspace, now: datetime) -> list[ProposalDr
                     "pattern": pattern.key,
                     "pattern_kind": pattern.kind,
                     "context": pattern.context,
-                    "reflection": pattern.reflection,
-                    "lesson": pattern.lesson,
+                    "reflection": written.reflection,
+                    "lesson": written.lesson,
                     "evidence": list(pattern.evidence),
+                    **extra,
                 },
                 dedupe_key=f"reflection:{_digest(pattern.key)}:{now:%Y-%m-%d}",
                 created_by=DREAM_EVOLVER,
@@ -341,11 +357,18 @@ def promotion_apply(workspace: Workspace, proposal: Proposal, actor: User | None
 # -- the dream's step -----------------------------------------------------------------------------
 
 
-def dream_propose(*, workspace: Workspace, now: datetime, dry_run: bool) -> list[dict[str, Any]]:
+def dream_propose(
+    *,
+    workspace: Workspace,
+    now: datetime,
+    dry_run: bool,
+    client: LLMClient | None = None,
+    client_error: str = "",
+) -> list[dict[str, Any]]:
     """Propose the week's reflections and the lessons due for HOT; returns {id, kind, title} of each (id None
-    in a dry run, which creates nothing)."""
+    in a dry run, which creates nothing). `client` writes the reflections (see ``reflection_drafts``)."""
     drafts: Sequence[ProposalDraft] = [
-        *reflection_drafts(workspace=workspace, now=now),
+        *reflection_drafts(workspace=workspace, now=now, client=client, client_error=client_error),
         *promotion_drafts(workspace=workspace, now=now),
     ]
     if dry_run:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 from evolution.algorithms.text import extractive_summary, key_phrases
+
+log = logging.getLogger(__name__)
 
 MAX_PHRASES = 10
 CONDENSED_MAX_CHARS = 500
@@ -326,3 +329,42 @@ def default_client() -> LLMClient:
         api_key=str(getattr(settings, "LLM_API_KEY", "") or ""),
         timeout=float(getattr(settings, "LLM_TIMEOUT_SECONDS", 30)),
     )
+
+
+DETERMINISTIC = "deterministic"
+"""``written_by`` of a reflection whose lines are the pattern detector's own draft."""
+
+
+@dataclass(frozen=True)
+class WrittenReflection:
+    """A reflection's REFLECTION and LESSON lines, who wrote them, and the LLM's error when it failed."""
+
+    reflection: str
+    lesson: str
+    written_by: str
+    llm_error: str = ""
+
+
+def configured_client() -> tuple[LLMClient | None, str]:
+    """`default_client()`, or None and the reason when the settings name an endpoint it cannot use."""
+    try:
+        return default_client(), ""
+    except LLMError as exc:
+        return None, str(exc)
+
+
+def written_reflection(
+    client: LLMClient | None, *, context: str, reflection: str, lesson: str, error: str = ""
+) -> WrittenReflection:
+    """The lines of a detected pattern: the LLM's (`client.reflect`) when a client other than the extractive
+    default is configured and answers, else the detector's draft, with the LLM's error (or `error`, why no
+    client could be built) when one was wanted."""
+    if client is None or isinstance(client, ExtractiveClient):
+        # The draft exactly as the detector wrote it: the deterministic default changes nothing.
+        return WrittenReflection(reflection, lesson, DETERMINISTIC, error)
+    try:
+        new_reflection, new_lesson = client.reflect(context=context, reflection=reflection, lesson=lesson)
+    except LLMError as exc:
+        log.warning("reflection on %r written without the LLM: %s", context, exc)
+        return WrittenReflection(reflection, lesson, DETERMINISTIC, str(exc))
+    return WrittenReflection(new_reflection, new_lesson, f"llm:{client.name}")

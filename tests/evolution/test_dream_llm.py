@@ -9,8 +9,11 @@ from typing import Any
 import pytest
 
 from evolution import dream
+from evolution.models import Proposal
+from evolution.proposals import proposal_approve
 from memories.models import Memory, Workspace
 from tests.evolution.test_dream import NOW, rule
+from tests.evolution.test_dream_proposals import failing_issue
 from tests.evolution.test_llm import Script, completion, server
 
 pytestmark = pytest.mark.django_db
@@ -120,3 +123,34 @@ def test_the_dream_page_says_who_wrote_the_reflection(llm: Script, workspace: Wo
     browser.force_login(user)
     page = browser.get(f"/w/acme/evolution/engine/dream/{report.pk}/").content.decode()
     assert "the LLM failed" in page and "HTTP 503: busy" in page
+
+
+def test_the_dreams_reflection_proposals_are_written_by_the_llm_too(
+    llm: Script, workspace: Workspace, user: Any
+) -> None:
+    failing_issue(workspace)
+    dream.dream_run(workspace=workspace, now=NOW)
+    (proposal,) = Proposal.objects.filter(workspace=workspace, kind="reflection")
+    assert proposal.payload["written_by"] == "llm:openai-compatible"
+    assert proposal.payload["reflection"] == "One HOT rule went unused for a month and left HOT."
+    assert proposal.payload["context"] == "deploy"
+    assert any("'disk full' made 2 tasks fail" in r["json"]["messages"][1]["content"] for r in llm.requests)
+    # Proposed once a week, whatever the model says the next day.
+    llm.body = completion("REFLECTION: Disk full again.\nLESSON: Prune.")
+    dream.dream_run(workspace=workspace, now=NOW + timedelta(days=1))
+    assert Proposal.objects.filter(workspace=workspace, kind="reflection").count() == 1
+    # Approving logs the lines the person reviewed.
+    decided = proposal_approve(workspace=workspace, proposal_id=proposal.pk, actor=user, now=NOW)
+    assert decided.applied_record is not None
+    (memory,) = Memory.objects.filter(id__in=decided.applied_record.output_ids)
+    assert "REFLECTION: One HOT rule went unused for a month and left HOT." in memory.content
+
+
+def test_a_reflection_proposal_keeps_the_detectors_draft_when_the_llm_fails(llm: Script, workspace: Workspace) -> None:
+    llm.status, llm.body = 500, {"error": {"message": "model not loaded"}}
+    failing_issue(workspace)
+    dream.dream_run(workspace=workspace, now=NOW)
+    (proposal,) = Proposal.objects.filter(workspace=workspace, kind="reflection")
+    assert proposal.payload["reflection"] == "The issue 'disk full' made 2 tasks fail in the last 7 days."
+    assert proposal.payload["written_by"] == "deterministic"
+    assert "HTTP 500: model not loaded" in proposal.payload["llm_error"]
