@@ -19,7 +19,7 @@ from django.db.models import BinaryField, BooleanField, Case, F, Q, QuerySet, Va
 from django.db.models.expressions import RawSQL
 
 from core.errors import Forbidden, InvalidInput, NotFound
-from history.models import EvolutionRecord, RecordLink
+from history.models import Action, EvolutionRecord, RecordLink
 from memories import fts_stats
 from memories.algorithms.fts import (
     fts5_expression,
@@ -1025,8 +1025,13 @@ def compressed_originals(*, workspace: Workspace, memories: Sequence[Memory]) ->
     for start in range(0, len(wanted), _ORIGINAL_CHUNK):
         chunk = wanted[start : start + _ORIGINAL_CHUNK]
         links: dict[int, list[uuid.UUID]] = {}
+        # Only a compress step or a revert (of a rehydrate, or the redo of a compress) can take a memory from
+        # FULL: the decay and boost records of every cycle, which touch most memories, are never read.
         for rid, mid in RecordLink.objects.filter(
-            memory_id__in=chunk, record__workspace=workspace, record__dry_run=False
+            memory_id__in=chunk,
+            record__workspace=workspace,
+            record__dry_run=False,
+            record__action__in=[Action.COMPRESS, Action.REVERT],
         ).values_list("record_id", "memory_id"):
             links.setdefault(rid, []).append(mid)
         left = set(chunk)
