@@ -642,6 +642,13 @@ def memory_rehydrate(*, workspace: Workspace, memory: Memory, actor: User | None
     """
     if memory.compression_tier == CompressionTier.FULL:
         raise Conflict(f"memory {memory.id} is not compressed", code="not_compressed")
+    if memory.compression_tier == CompressionTier.FORGOTTEN:
+        # Forgetting changed its status too: only reverting that record brings the memory back whole.
+        raise Conflict(
+            f"memory {memory.id} was forgotten by an approved proposal; revert that record (its history) to bring "
+            "it back",
+            code="forgotten",
+        )
     original = selectors.compressed_originals(workspace=workspace, memories=[memory]).get(memory.id)
     if original is None:
         raise Conflict(

@@ -242,3 +242,15 @@ def test_a_person_approves_forgetting_on_the_proposal_page_and_can_revert_the_ru
     # The run that proposed it reverts too: the proposal record changed no memory.
     services.run_revert(workspace=kit.workspace, run=run, actor=user)
     assert kit.memory_rows() == rows
+
+
+def test_a_forgotten_memory_is_brought_back_by_revert_not_by_rehydrate(kit: Any, user: Any) -> None:
+    policy(kit.workspace)
+    memory = tombstone(kit)
+    kit.run("CompressionLadder")
+    (proposal,) = forget_proposals(kit.workspace)
+    proposal_approve(workspace=kit.workspace, proposal_id=proposal.pk, actor=user, now=NOW)
+    with pytest.raises(Conflict) as refused:
+        memory_services.memory_rehydrate(workspace=kit.workspace, memory=fresh(memory), actor=user)
+    assert refused.value.code == "forgotten" and "revert that record" in str(refused.value)
+    assert fresh(memory).status == Status.FORGOTTEN
