@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 
 .PHONY: run test install migrate demo serve lint typecheck importlint bench bench-ingest bench-surfacing \
-	bench-evolution bench-pages bench-vectors bench-embedders bench-graph bench-mcp bench-scale bench-load services-start services-stop clean
+	bench-evolution bench-pages bench-vectors bench-embedders bench-graph bench-mcp bench-scale bench-load bench-workers services-start services-stop clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -86,6 +86,10 @@ bench-load: install
 bench-pages: install
 	$(PY) bench/bench_pages.py
 	$(PY) bench/bench_inspector.py
+
+# Flush throughput, boost-to-browser latency, and the scheduled cycle on 100k memories beside /context/ traffic.
+bench-workers: install
+	$(PY) bench/bench_workers.py
 
 clean:
 	rm -rf var/test-output .mypy_cache .ruff_cache
