@@ -76,7 +76,7 @@ _BOOST_COLUMNS = (
 _READ_CHUNK = 900
 """Ids per locking read: below SQLite's 999 bound parameters."""
 
-# The boost read, in id order; FOR UPDATE on PostgreSQL (SQLite serialises writers anyway).
+# The boost read, in id order; FOR NO KEY UPDATE on PostgreSQL (SQLite serialises writers anyway).
 _READ_COLUMNS = (
     "id",
     "workspace_id",
@@ -98,7 +98,12 @@ def _read_boosted(ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
     for 7,500 boosts over 5,300 memories).
     """
     sqlite = connection.vendor == "sqlite"
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    # NO KEY UPDATE: the flush changes no key, so it must not wait for (nor make wait) the KEY SHARE locks
+    # that inserting a row referencing a memory takes (retrieval events, CO_RETRIEVED edges of the
+    # retrieval job and HebbianCoRetrieval): with FOR UPDATE a flush and such an insert deadlocked
+    # (measured beside the scheduled cycle on 100k memories: the retrieval job and HebbianCoRetrieval
+    # failed with "deadlock detected"). Two flushes still serialise: NO KEY UPDATE conflicts with itself.
+    lock = " FOR NO KEY UPDATE" if connection.vendor == "postgresql" else ""
     columns = ", ".join(connection.ops.quote_name(c) for c in _READ_COLUMNS)
     rows: list[tuple[Any, ...]] = []
     with connection.cursor() as cursor:
@@ -131,7 +136,7 @@ def _aware(value: Any) -> datetime | None:
 def apply_signals(signals: Sequence[Signal]) -> FlushResult:
     """Write a batch of signals: one locked read and one executemany for boosts, one insert for events.
 
-    Rows are locked in id order (SELECT ... FOR UPDATE on PostgreSQL; SQLite serialises writers
+    Rows are locked in id order (SELECT ... FOR NO KEY UPDATE on PostgreSQL; SQLite serialises writers
     anyway) so concurrent flushers never lose each other's boosts. A boost applies only to a memory
     of the workspace it was queued for.
     """
@@ -178,9 +183,7 @@ def apply_signals(signals: Sequence[Signal]) -> FlushResult:
                 )
                 changed[workspace_id].append((str(mid), score))
             if updates:
-                assignments = ", ".join(f"{connection.ops.quote_name(c)} = %s" for c in _BOOST_COLUMNS)
-                with connection.cursor() as cursor:
-                    cursor.executemany(f"UPDATE memories_memory SET {assignments} WHERE id = %s", updates)
+                _write_boosts(updates)
         if retrievals:
             # Every retrieved memory is boosted too (retrieval_signals), so the boost read usually found them.
             unknown = list({r.memory_id for r in retrievals} - found)
@@ -213,6 +216,33 @@ def apply_signals(signals: Sequence[Signal]) -> FlushResult:
 
 def _identity(value: Any) -> Any:
     return value
+
+
+# PostgreSQL types of _BOOST_COLUMNS and the id, for the one-statement update.
+_PG_TYPES = ("float8", "timestamptz", "int4", "int4", "timestamptz", "float8", "uuid")
+
+
+def _write_boosts(updates: list[tuple[Any, ...]]) -> None:
+    """Write (*_BOOST_COLUMNS values, id) rows: on PostgreSQL one UPDATE ... FROM unnest() of column arrays,
+    elsewhere one prepared UPDATE run by executemany.
+
+    On PostgreSQL each row of executemany is a statement of its own (parsed, planned, run: 5,300 of them a
+    flush of 250 result sets); one statement over arrays does the same writes as one plan.
+    """
+    qn = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        if connection.vendor != "postgresql":
+            assignments = ", ".join(f"{qn(c)} = %s" for c in _BOOST_COLUMNS)
+            cursor.executemany(f"UPDATE memories_memory SET {assignments} WHERE id = %s", updates)
+            return
+        names = [f"v{k}" for k in range(len(_PG_TYPES))]
+        arrays = ", ".join(f"%s::{t}[]" for t in _PG_TYPES)
+        assignments = ", ".join(f"{qn(c)} = v.{n}" for c, n in zip(_BOOST_COLUMNS, names, strict=False))
+        cursor.execute(
+            f"UPDATE memories_memory AS m SET {assignments} FROM unnest({arrays}) AS v({', '.join(names)}) "
+            f"WHERE m.id = v.{names[-1]}",
+            [list(column) for column in zip(*updates, strict=True)],
+        )
 
 
 def _publish_activation(changed: dict[int, list[tuple[str, float]]]) -> None:
