@@ -138,16 +138,14 @@ class RowBuilder:
         accessed = memory.last_accessed
         return Row(
             memory=memory,
-            activation=activation_now(memory, self.now),
+            bar=fragments.bar(memory, activation_now(memory, self.now)),
+            retention=f"{memory.retention_score:.2f}",
             url=self._url("detail", memory.id),
-            archive_url=self._url("archive", memory.id),
-            restore_url=self._url("restore", memory.id),
+            action_url=self._url("restore" if memory.status == "archived" else "archive", memory.id),
             excerpt=_truncate(memory.content, 180),
             label=_truncate(memory.content, 50),
-            created=f"{memory.created_at:%Y-%m-%d}",
-            created_iso=memory.created_at.isoformat(),
-            accessed=f"{accessed:%Y-%m-%d}" if accessed else "",
-            accessed_iso=accessed.isoformat() if accessed else "",
+            created=fragments.moment(memory.created_at, with_time=False),
+            accessed=fragments.moment(accessed, with_time=False) if accessed else None,
         )
 
 
@@ -466,7 +464,7 @@ def _detail_context(request: HttpRequest, access: WorkspaceAccess, memory: Memor
     return {
         "access": access,
         "memory": memory,
-        "activation": activation_now(memory, now),
+        "live": fragments.live(memory, activation_now(memory, now)),
         "decay": decay_chart(memory, now),
         "decay_days": DECAY_DAYS,
         "history_chart": history_chart(memory, history.records, retrievals, now),
@@ -568,7 +566,7 @@ def _row_or_redirect(
     """After a one-memory action: the list row partial for htmx, otherwise a flash and back."""
     if _is_partial(request, f"row-{memory.id}"):
         row = RowBuilder(access.workspace.slug, timezone.now())(memory)
-        return render(request, "memories/list.html#row", {"access": access, "row": row})
+        return render(request, "memories/partials/memory.html#row", {"access": access, "row": row})
     messages.success(request, done)
     return redirect(back)
 
