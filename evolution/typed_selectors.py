@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+from django.db.models import QuerySet
 
 from core.errors import InvalidInput, NotFound
 from evolution.algorithms.compression import FULL_MIN_ACTIVATION, PROTECTED_ORIGIN_TIER
@@ -237,15 +238,20 @@ def compression_rows(*, workspace: Workspace, now: datetime) -> list[tuple[str, 
     memory boosted once a hundred days ago is cold now, whatever value that boost left), so the stored
     value cannot filter in the database; the decay is one vectorised pass over the candidates.
     """
+    rows = Memory.objects.filter(
+        workspace=workspace,
+        status__in=[Status.ACTIVE, Status.ARCHIVED],
+        pinned=False,
+        compression_tier__lt=CompressionTier.TOMBSTONE,
+    ).exclude(origin_tier=PROTECTED_ORIGIN_TIER)
+    return [row for row in _ladder_rows(rows, now) if row[1] < FULL_MIN_ACTIVATION]
+
+
+def _ladder_rows(memories: QuerySet[Memory], now: datetime) -> list[tuple[str, float, float, int, int]]:
+    """(id, activation decayed to ``now``, created_at epoch seconds, origin_tier, compression_tier) of
+    ``memories``: one read, the decay one vectorised pass."""
     rows = list(
-        Memory.objects.filter(
-            workspace=workspace,
-            status__in=[Status.ACTIVE, Status.ARCHIVED],
-            pinned=False,
-            compression_tier__lt=CompressionTier.TOMBSTONE,
-        )
-        .exclude(origin_tier=PROTECTED_ORIGIN_TIER)
-        .values_list(
+        memories.values_list(
             IdText("id"),
             "activation_score",
             EpochSeconds("activation_last_boost_at"),
@@ -264,11 +270,7 @@ def compression_rows(*, workspace: Workspace, now: datetime) -> list[tuple[str, 
         (now.timestamp() - boosted) / 3600.0,
         np.fromiter((r[3] for r in rows), np.float64, n),
     )
-    return [
-        (r[0], float(a), float(r[4]), int(r[5]), int(r[6]))
-        for r, a in zip(rows, activation.tolist(), strict=True)
-        if a < FULL_MIN_ACTIVATION
-    ]
+    return [(r[0], float(a), float(r[4]), int(r[5]), int(r[6])) for r, a in zip(rows, activation.tolist(), strict=True)]
 
 
 def tombstone_rows(*, workspace: Workspace, now: datetime) -> list[tuple[str, float, float, int, int]]:
@@ -279,37 +281,13 @@ def tombstone_rows(*, workspace: Workspace, now: datetime) -> list[tuple[str, fl
     a person; a rejected one was a person's "keep it"; an approved one that was reverted, too).
     """
     asked = forget_proposed_ids(workspace=workspace)
-    rows = list(
-        Memory.objects.filter(
-            workspace=workspace,
-            status__in=[Status.ACTIVE, Status.ARCHIVED],
-            pinned=False,
-            compression_tier=CompressionTier.TOMBSTONE,
-        )
-        .exclude(origin_tier=PROTECTED_ORIGIN_TIER)
-        .values_list(
-            IdText("id"),
-            "activation_score",
-            EpochSeconds("activation_last_boost_at"),
-            "activation_half_life_hours",
-            EpochSeconds("created_at"),
-            "origin_tier",
-        )
-    )
-    rows = [r for r in rows if r[0] not in asked]
-    if not rows:
-        return []
-    n = len(rows)
-    boosted = np.array([np.nan if r[2] is None else float(r[2]) for r in rows], dtype=np.float64)
-    activation = decayed_activation_array(
-        np.fromiter((r[1] for r in rows), np.float64, n),
-        (now.timestamp() - boosted) / 3600.0,
-        np.fromiter((r[3] for r in rows), np.float64, n),
-    )
-    return [
-        (r[0], float(a), float(r[4]), int(r[5]), int(CompressionTier.TOMBSTONE))
-        for r, a in zip(rows, activation.tolist(), strict=True)
-    ]
+    rows = Memory.objects.filter(
+        workspace=workspace,
+        status__in=[Status.ACTIVE, Status.ARCHIVED],
+        pinned=False,
+        compression_tier=CompressionTier.TOMBSTONE,
+    ).exclude(origin_tier=PROTECTED_ORIGIN_TIER)
+    return [row for row in _ladder_rows(rows, now) if row[0] not in asked]
 
 
 def forget_proposed_ids(*, workspace: Workspace) -> set[str]:
