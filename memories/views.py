@@ -475,7 +475,9 @@ def _detail_context(request: HttpRequest, access: WorkspaceAccess, memory: Memor
         "edge_count": len(edges.edges),
         "edges_more": edges.more,
         "snapshots": _snapshots(memory, original),
-        "can_rehydrate": original is not None,
+        # A forgotten memory comes back by reverting the approved step that forgot it, not by rehydrating.
+        "can_rehydrate": original is not None and memory.status != Status.FORGOTTEN,
+        "forgotten": memory.status == Status.FORGOTTEN,
         "compression_label": CompressionTier(memory.compression_tier).label,
         "delete_phrase": phrase,
         "delete_form": MemoryDeleteForm(phrase=phrase),

@@ -254,3 +254,9 @@ def test_a_forgotten_memory_is_brought_back_by_revert_not_by_rehydrate(kit: Any,
         memory_services.memory_rehydrate(workspace=kit.workspace, memory=fresh(memory), actor=user)
     assert refused.value.code == "forgotten" and "revert that record" in str(refused.value)
     assert fresh(memory).status == Status.FORGOTTEN
+    # Its page does not offer what would be refused; it says how the memory comes back.
+    client = Client()
+    client.force_login(user)
+    page = client.get(f"/w/{kit.workspace.slug}/memories/{memory.id}/").content.decode()
+    assert 'id="rehydrate"' not in page
+    assert "revert that step in its history below to bring it back" in page
