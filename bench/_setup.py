@@ -10,6 +10,7 @@ benchmark gets its own database on it, named after the SQLite file (``surfacing.
     db = django_setup("surfacing.sqlite3", fresh=args.fresh, database=args.database)
     db.url                                 # DATABASE_URL for a server subprocess
     db.save_copy("pristine"); db.restore_copy("pristine")   # file copy / CREATE DATABASE ... TEMPLATE
+    db.copy_url("pristine"); db.drop_copy("pristine")       # serve a copy, delete it
 """
 
 from __future__ import annotations
@@ -105,6 +106,20 @@ class BenchDatabase:
             f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)',
             f'CREATE DATABASE "{self.name}" TEMPLATE "{self._copy_name(tag)}"',
         )
+
+    def copy_url(self, tag: str) -> str:
+        """The DATABASE_URL of the copy saved under ``tag`` (to serve it without touching this database)."""
+        if self.path is not None:
+            return f"sqlite:///{self._copy_path(tag)}"
+        return f"{self.url.rsplit('/', 1)[0]}/{self._copy_name(tag)}"
+
+    def drop_copy(self, tag: str) -> None:
+        """Delete the copy saved under ``tag`` (its file and WAL, or its PostgreSQL database)."""
+        if self.path is not None:
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(self._copy_path(tag)) + suffix).unlink(missing_ok=True)
+            return
+        self._admin_sql(f'DROP DATABASE IF EXISTS "{self._copy_name(tag)}" WITH (FORCE)')
 
     def _copy_path(self, tag: str) -> Path:
         assert self.path is not None
