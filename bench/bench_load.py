@@ -18,7 +18,9 @@ first with the same --database), for each process count in --processes:
    202 + run id) and worked by a server's embedded worker thread, polled (GET .../runs/{id}/) until it ends,
    then reverted through the API (POST .../runs/{id}/revert/, answered once the revert committed) while the
    load goes on, then --tail seconds more. Per phase (idle, cycle, revert, after): requests, p50 / p95 / p99
-   of every answer counted from when it was due, errors by status, 5xx apart; the cycle's wall time and its
+   of every request counted from when it was due, errors by status, 5xx apart, and "unsent": requests a
+   backlog kept waiting more than 30 s (given up, as a client would; so an overloaded phase does not carry
+   its backlog into the next) or still queued at the end; the cycle's wall time and its
    evolvers' transactions (summary.evolvers[].longest_transaction_ms), the revert's wall time and
    summary.revert (transactions, longest_transaction_ms).
 
@@ -196,13 +198,14 @@ TARGET_RUN_P99_MS = 1000.0
 PHASES = ("idle", "cycle", "revert", "after")
 EVOLUTION_COPY = "load-evolution"
 UNSENT = -1
+GIVE_UP_SECONDS = 30.0  # a request not sent by this long after it was due is given up (as the client's timeout)
 
 
 @dataclass(frozen=True)
 class Outcome:
     due: float  # seconds after the load began when the request was due (sent, for the run's own requests)
     kind: str  # "context", "write" or "run" (the benchmark's polls of the run)
-    status: int  # HTTP status; 0 when the connection dropped or timed out (30 s); UNSENT: still queued at the end
+    status: int  # HTTP status; 0: dropped or timed out (30 s); UNSENT: not sent within 30 s of due, or by the end
     ms: float  # from when it was due to its answer
 
 
@@ -250,6 +253,12 @@ class OpenLoad:
         rng = random.Random(5)
 
         def one(k: int, due: float, kind: str, body: dict[str, Any]) -> None:
+            late = self.now() - due
+            if late > GIVE_UP_SECONDS:
+                # A client would have given up by now: sent this late it would only lengthen the backlog, and
+                # carry the load of one phase (the cycle) into the next (the revert).
+                self.record(Outcome(due, kind, UNSENT, late * 1000))
+                return
             if not hasattr(local, "clients"):
                 local.clients = [Client(port, self.token) for port in self.ports]
             client = local.clients[k % len(self.ports)]
