@@ -232,10 +232,6 @@ def records_revert_plan(records: Sequence[EvolutionRecord]) -> None:
         _undo(record, rows)
 
 
-def _edge_row(edge: Edge) -> tuple[uuid.UUID, uuid.UUID, str, float]:
-    return (edge.source_id, edge.target_id, edge.edge_type, edge.weight)
-
-
 def record_apply_revert(record: EvolutionRecord) -> None:
     """Put the record's memory and edge `before` values back. The caller holds the transaction and ran
     ``record_revert_plan``."""
