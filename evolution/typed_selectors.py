@@ -238,13 +238,16 @@ def compression_rows(*, workspace: Workspace, now: datetime) -> list[tuple[str, 
     memory boosted once a hundred days ago is cold now, whatever value that boost left), so the stored
     value cannot filter in the database; the decay is one vectorised pass over the candidates.
     """
-    rows = Memory.objects.filter(
-        workspace=workspace,
-        status__in=[Status.ACTIVE, Status.ARCHIVED],
-        pinned=False,
-        compression_tier__lt=CompressionTier.TOMBSTONE,
-    ).exclude(origin_tier=PROTECTED_ORIGIN_TIER)
+    rows = _ladder_candidates(workspace).filter(compression_tier__lt=CompressionTier.TOMBSTONE)
     return [row for row in _ladder_rows(rows, now) if row[1] < FULL_MIN_ACTIVATION]
+
+
+def _ladder_candidates(workspace: Workspace) -> QuerySet[Memory]:
+    """The memories the ladder and the forgetting policy may touch: active or archived, unpinned, not of
+    origin tier 1 (what people write)."""
+    return Memory.objects.filter(
+        workspace=workspace, status__in=[Status.ACTIVE, Status.ARCHIVED], pinned=False
+    ).exclude(origin_tier=PROTECTED_ORIGIN_TIER)
 
 
 def _ladder_rows(memories: QuerySet[Memory], now: datetime) -> list[tuple[str, float, float, int, int]]:
@@ -281,12 +284,7 @@ def tombstone_rows(*, workspace: Workspace, now: datetime) -> list[tuple[str, fl
     a person; a rejected one was a person's "keep it"; an approved one that was reverted, too).
     """
     asked = forget_proposed_ids(workspace=workspace)
-    rows = Memory.objects.filter(
-        workspace=workspace,
-        status__in=[Status.ACTIVE, Status.ARCHIVED],
-        pinned=False,
-        compression_tier=CompressionTier.TOMBSTONE,
-    ).exclude(origin_tier=PROTECTED_ORIGIN_TIER)
+    rows = _ladder_candidates(workspace).filter(compression_tier=CompressionTier.TOMBSTONE)
     return [row for row in _ladder_rows(rows, now) if row[0] not in asked]
 
 
