@@ -129,10 +129,12 @@ def _revert_in_transactions(
             began = time.perf_counter()
             Workspace.objects.select_for_update().filter(pk=workspace.pk).values_list("pk").first()
             longest_one = 0.0
+            # One read a transaction: a revert of this run that was taken over may have undone some meanwhile.
+            left = set(EvolutionRecord.objects.filter(run=run, reverted_at__isnull=True).values_list("pk", flat=True))
             while pending:
                 record = pending.popleft()
-                if not EvolutionRecord.objects.filter(pk=record.pk, reverted_at__isnull=True).exists():
-                    continue  # undone meanwhile by a revert of this run that was taken over
+                if record.pk not in left:
+                    continue
                 one = time.perf_counter()
                 reverts.extend(revert_records([record], actor, now, save=save_records))
                 longest_one = max(longest_one, time.perf_counter() - one)
