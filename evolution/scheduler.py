@@ -7,6 +7,8 @@ the (workspace, job) pairs that are due, one after the other:
 ========== ================================================ ===============================================
 job        period                                           work
 ========== ================================================ ===============================================
+embed      every tick while memories wait for a vector      their vectors, for up to EMBED_JOB_SECONDS (30)
+                                                            per run (memories.embedding_service.embed_pending)
 retrieval  RETRIEVAL_STATS_SECONDS (300)                    retrieval profiles and CO_RETRIEVED counts from
                                                             the events since the last run (retrieval_stats)
 decay      DECAY_SWEEP_SECONDS (3600)                       decayed activation and retention into the
@@ -25,9 +27,9 @@ row, so a worker that looked just before another finished does not work the job 
 records the clock reading a finished run worked at (``last_run_at``); a job is due when it has none or its
 period has passed since. A worker killed mid-job leaves no ``last_run_at``: the job stays due, and the next
 worker takes the lock once its lease has run out and works it. Each job is safe to work again after
-being cut short: the sweep commits in batches that the next run finds done, the retrieval statistics
-commit with their watermarks in one transaction, the cycle is one queued run (run-level takeover is
-evolution.jobs'), the dream is one transaction.
+being cut short: the embed job writes only vectors still missing, the sweep commits in batches that the
+next run finds done, the retrieval statistics commit with their watermarks in one transaction, the cycle is
+one queued run (run-level takeover is evolution.jobs'), the dream is one transaction.
 
 The clock is injected: ``Scheduler(now=...)`` reads it once per tick and passes that reading to every job
 as its ``now`` (and to the database locks' leases), so a test can age a workspace by months by moving
@@ -52,12 +54,13 @@ from django.utils import timezone
 from evolution import decay_sweep, dream, jobs, retrieval_stats
 from evolution.locks import JobLocks, job_locks
 from evolution.models import ScheduledJob
+from memories import embedding_service
 from memories.models import Workspace
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
-DEFAULT_CHECK_SECONDS: Final = 15.0
+DEFAULT_CHECK_SECONDS: Final = 5.0
 DEFAULT_LOCK_SECONDS: Final = 120.0
 DEFAULT_RETRIEVAL_STATS_SECONDS: Final = 300.0
 DEFAULT_DECAY_SWEEP_SECONDS: Final = 3600.0
@@ -95,6 +98,19 @@ def _hours(key: str) -> Callable[[Workspace], timedelta | None]:
     return period
 
 
+def _every_tick(workspace: Workspace) -> timedelta | None:
+    return timedelta(0)
+
+
+def _embed(workspace: Workspace, now: datetime) -> dict[str, Any]:
+    budget = _seconds("EMBED_JOB_SECONDS", 30.0)
+    return embedding_service.embed_pending(workspace=workspace, budget_seconds=budget).as_dict()
+
+
+def _embed_due(workspace: Workspace, now: datetime, period: timedelta) -> bool:
+    return embedding_service.has_pending_vectors(workspace=workspace)
+
+
 def _retrieval(workspace: Workspace, now: datetime) -> dict[str, Any]:
     return retrieval_stats.retrieval_stats_refresh(workspace=workspace, now=now)
 
@@ -121,6 +137,7 @@ def _dream(workspace: Workspace, now: datetime) -> dict[str, Any]:
 def default_jobs() -> list[Job]:
     """The jobs every worker schedules, in the order a tick works them."""
     return [
+        Job("embed", _every_tick, _embed, due=_embed_due),
         Job("retrieval", _fixed("RETRIEVAL_STATS_SECONDS", DEFAULT_RETRIEVAL_STATS_SECONDS), _retrieval),
         Job("decay", _fixed("DECAY_SWEEP_SECONDS", DEFAULT_DECAY_SWEEP_SECONDS), _decay),
         Job("cycle", _hours(jobs.SCHEDULE_SETTING), _cycle, due=_cycle_due),
@@ -311,6 +328,7 @@ class Scheduler:
 
 # What the Runs page calls each job, in the order it lists them.
 JOB_LABELS: Final = {
+    "embed": "Vectors of new memories",
     "retrieval": "Retrieval profiles and co-retrieval counts",
     "decay": "Decay sweep",
     "cycle": "Scheduled cycle (queued)",

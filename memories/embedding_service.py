@@ -27,7 +27,7 @@ from django.utils.dateparse import parse_datetime
 from core.errors import InvalidInput
 from memories.algorithms.embedding import Embedder, EmbedderUnavailable, FloatMatrix, to_bytes
 from memories.bulk import db_datetime, uuid_hex
-from memories.embeddings import default_embedder, embedder_for, embedder_for_spec
+from memories.embeddings import default_embedder, embedder_for, embedder_for_spec, inline_limit
 from memories.models import CompressionTier, Memory, Workspace
 from memories.selectors import compressed_originals
 
@@ -110,8 +110,17 @@ def memories_embed(
     Computed before the workspace is touched, so the lock of the touch is held for the insert only; in the
     rare case the workspace moved to another embedder meanwhile, they are computed again with that one.
     `vectors` (from `memories_vectors`) are used instead of computing them here.
+
+    A write of more memories than the embedder embeds inline (``inline_limit``: a bulk import with a slow
+    model) stores them without a vector and without a stamp (``embedded_at`` null): they are found by
+    full-text search and the graph at once, by meaning once the embed job has given them their vectors
+    (``embed_pending``).
     """
     if not memories:
+        return
+    if vectors is None and memories_deferred(workspace=workspace, count=len(memories)):
+        for memory in memories:
+            memory.embedding, memory.embedding_model, memory.embedded_at = None, "", None
         return
     embedder, computed = vectors if vectors is not None else memories_vectors(workspace=workspace, memories=memories)
     stamp, _ = vectors_touch(workspace=workspace)
@@ -122,6 +131,12 @@ def memories_embed(
         memory.embedding = to_bytes(vector)
         memory.embedding_model = embedder.name
         memory.embedded_at = stamp
+
+
+def memories_deferred(*, workspace: Workspace, count: int) -> bool:
+    """Whether a write of `count` memories of `workspace` leaves their vectors to the embed job."""
+    limit = inline_limit(embedder_for(workspace))
+    return limit is not None and count > limit
 
 
 def embedding_changes(*, workspace: Workspace, text: str) -> dict[str, Any]:
@@ -254,3 +269,117 @@ def _write_vectors(memories: Sequence[Memory], vectors: Any, model: str, stamp: 
         cursor.executemany(
             f"UPDATE {table} SET embedding = %s, embedding_model = %s, embedded_at = %s WHERE id = %s", rows
         )
+
+
+# -- memories waiting for a vector ------------------------------------------------------------------------
+
+#: Memories embedded per transaction by the embed job: the vectors are computed before it opens, so a
+#: transaction writes them and holds the database for a few milliseconds.
+PENDING_BATCH = 128
+_PENDING_FIELDS = ("id", "content", "compression_tier", "snapshots", "updated_at")
+
+
+def pending_vectors(*, workspace: Workspace) -> Any:
+    """The memories of `workspace` waiting for a vector (stored without one: ``embedded_at`` is null; read
+    through the (workspace, embedded_at) index)."""
+    return Memory.objects.filter(workspace=workspace, embedded_at__isnull=True)
+
+
+def has_pending_vectors(*, workspace: Workspace) -> bool:
+    return bool(pending_vectors(workspace=workspace).exists())
+
+
+@dataclass(frozen=True)
+class EmbedPendingResult:
+    """``embedded``: memories given a vector; ``left``: still waiting (more than the time budget allowed, or
+    edited while their vector was computed: the next run takes them); ``model``: the embedder used."""
+
+    model: str
+    embedded: int
+    left: int
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "embedded": self.embedded, "left": self.left, "seconds": round(self.seconds, 3)}
+
+
+def embed_pending(
+    *,
+    workspace: Workspace,
+    budget_seconds: float | None = None,
+    batch: int = PENDING_BATCH,
+    progress: Callable[[ReembedProgress], None] | None = None,
+) -> EmbedPendingResult:
+    """Give the memories of `workspace` that wait for a vector their vectors, `batch` at a time, until none
+    waits or `budget_seconds` have passed (None: no limit). The scheduler's embed job; ``reembed`` too.
+
+    Each batch is read and embedded outside any transaction, then written in a short one that touches the
+    workspace's vectors (``vectors_touch``) and updates only rows still waiting and unchanged since they
+    were read (same ``updated_at``): a memory edited meanwhile got its own vector from the edit, or is read
+    again by the next batch. A workspace moved to another embedder meanwhile has its batch computed again.
+    """
+    if batch < 1:
+        raise InvalidInput("batch: expected a positive integer", field="batch")
+    started = time.perf_counter()
+    total = pending_vectors(workspace=workspace).count()
+    embedded = 0
+    model = embedder_for(workspace).name
+    unchanged_rounds = 0
+    while budget_seconds is None or time.perf_counter() - started < budget_seconds:
+        chunk = list(pending_vectors(workspace=workspace).only(*_PENDING_FIELDS)[:batch])
+        if not chunk:
+            break
+        embedder = embedder_for(workspace)
+        originals = compressed_originals(workspace=workspace, memories=chunk)
+        vectors = embedder.embed(
+            [embedding_text(m, o.content if (o := originals.get(m.id)) is not None else None) for m in chunk]
+        )
+        with transaction.atomic():
+            stamp, _ = vectors_touch(workspace=workspace)
+            if embedder_for(workspace).name != embedder.name:
+                continue  # moved to another model since: this batch is embedded again with it
+            written = _write_pending(chunk, vectors, embedder.name, stamp)
+        model = embedder.name
+        embedded += written
+        # Rows edited between the read and the write are read again; a batch of only such rows many times
+        # over means something rewrites them as fast as they are read: leave them to the next run.
+        unchanged_rounds = unchanged_rounds + 1 if written == 0 else 0
+        if unchanged_rounds >= 3:
+            break
+        if progress is not None:
+            progress(
+                ReembedProgress(
+                    done=embedded, total=max(total, embedded), elapsed_seconds=time.perf_counter() - started
+                )
+            )
+    left = pending_vectors(workspace=workspace).count()
+    seconds = time.perf_counter() - started
+    if embedded:
+        log.info(
+            "workspace %s: %d memories embedded with %s in %.1f s, %d waiting",
+            workspace.slug,
+            embedded,
+            model,
+            seconds,
+            left,
+        )
+    return EmbedPendingResult(model=model, embedded=embedded, left=left, seconds=seconds)
+
+
+def _write_pending(memories: Sequence[Memory], vectors: Any, model: str, stamp: datetime) -> int:
+    """The vectors of rows still waiting and unchanged since read; returns how many were written."""
+    table = connection.ops.quote_name(Memory._meta.db_table)
+    native_uuid = connection.features.has_native_uuid_field
+    when = db_datetime(stamp)
+    rows = [
+        (to_bytes(vector), model, when, m.id if native_uuid else uuid_hex(m.id), db_datetime(m.updated_at))
+        for m, vector in zip(memories, vectors, strict=True)
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE {table} SET embedding = %s, embedding_model = %s, embedded_at = %s "
+            "WHERE id = %s AND embedded_at IS NULL AND updated_at = %s",
+            rows,
+        )
+        # Both drivers sum the rows of every statement of an executemany.
+        return max(int(cursor.rowcount), 0)

@@ -7,7 +7,13 @@ from functools import lru_cache
 from django.conf import settings
 
 from memories.algorithms.embedding import Embedder, get_embedder
+from memories.algorithms.embedding_minilm import MINILM_NAME
 from memories.models import Memory, Workspace
+
+#: Texts an embedder embeds inside a write by default (EMBED_INLINE_MAX overrides); an embedder not named
+#: here embeds every write inline. MiniLM needs ~10 ms of CPU per text: 16 keep a write of a few memories
+#: (an agent's turn) searchable at once, and a bulk import is embedded by the scheduler's embed job.
+INLINE_DEFAULTS: dict[str, int] = {MINILM_NAME: 16}
 
 #: Longest embedder name Memory.embedding_model stores.
 MODEL_NAME_MAX: int = Memory._meta.get_field("embedding_model").max_length or 64
@@ -39,3 +45,12 @@ def embedder_for(workspace: Workspace) -> Embedder:
     """The embedder of `workspace`'s vectors: its own spec, else the site's. Every vector written for the
     workspace comes from it, and only stored vectors whose embedding_model equals its name are compared."""
     return _embedder_for(workspace.embedder.strip() or settings.EMBEDDER)
+
+
+def inline_limit(embedder: Embedder) -> int | None:
+    """How many memories one write embeds inline with `embedder` (None: any number); a larger write stores
+    them without a vector, for the embed job (memories.embedding_service.embed_pending)."""
+    configured = getattr(settings, "EMBED_INLINE_MAX", None)
+    if configured is not None:
+        return int(configured)
+    return INLINE_DEFAULTS.get(embedder.name)

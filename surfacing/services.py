@@ -15,6 +15,7 @@ from django.utils import timezone
 from core.errors import InvalidInput
 from history import audit
 from history.models import Action
+from memories.embeddings import embedder_for
 from memories.models import Memory, Workspace
 from surfacing import selectors
 from surfacing.pins import Pin, pin_store
@@ -100,7 +101,7 @@ def settings_update(
         else:
             stored_evolution[key] = value
     # Validate the merged whole too (e.g. a stored value from an older release).
-    effective = effective_settings(stored_surfacing)
+    effective = effective_settings(stored_surfacing, embedder=embedder_for(locked).name)
     locked.surfacing_settings = stored_surfacing
     locked.evolution_settings = stored_evolution
     locked.save(update_fields=["surfacing_settings", "evolution_settings"])

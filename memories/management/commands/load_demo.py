@@ -5,6 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from memories.demo import demo_load
+from memories.embedding_service import embed_pending
 
 
 class Command(BaseCommand):
@@ -16,6 +17,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         result = demo_load(slug=options["slug"], username=options["username"])
+        # The conversation is one bulk write: with a slow model its vectors are left to the embed job, which
+        # the server's worker would run within seconds; the demo is complete before the server starts.
+        embed_pending(workspace=result.workspace)
         if result.created_workspace:
             self.stdout.write(
                 self.style.SUCCESS(

@@ -6,7 +6,8 @@
 Each sample (``{"sample_id", "conversation": {"session_N": [{speaker, dia_id, text}], "session_N_date_time",
 ...}, "qa": [{question, evidence: [dia_id], category}]}``) is ingested through
 ``memories.services.conversation_ingest`` (turn ``ref`` = ``dia_id``) into a fresh workspace, once per date
-layout:
+layout; memories a bulk write left without a vector (a slow embedder: ``EMBED_INLINE_MAX``) are embedded
+before the first question, as the scheduler's embed job does in a running site:
 
 - ``dataset``: the sessions keep their own dates (LoCoMo's are from 2023, years before "now");
 - ``today``: every session is shifted so that the last one began an hour ago, an agent in use today with
@@ -42,7 +43,9 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from core.errors import DomainError
+from memories import embedding_service
 from memories import services as memory_services
+from memories.embeddings import default_embedder
 from memories.inputs import SessionInput, TurnInput
 from memories.models import Workspace
 from memories.selectors import lexical_search
@@ -211,7 +214,8 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{path.name}: {len(conversations)} conversations, {sum(len(c.sessions) for c in conversations)} "
             f"sessions, {sum(len(c.refs) for c in conversations)} turns, {n_questions} questions with evidence; "
-            f"usage {'on' if usage else 'off'}; settings {json.dumps(stored) if stored else 'defaults'}"
+            f"usage {'on' if usage else 'off'}; settings {json.dumps(stored) if stored else 'defaults'}; "
+            f"embedder {default_embedder().name}"
         )
         workspaces: list[Workspace] = []
         try:
@@ -237,6 +241,12 @@ class Command(BaseCommand):
                 settings_update(workspace=workspace, actor=user, surfacing=stored)
             sessions = shifted_to_now(conv.sessions, timezone.now()) if layout == "today" else conv.sessions
             memory_services.conversation_ingest(workspace=workspace, actor=user, sessions=sessions, channel="import")
+            embedded = embedding_service.embed_pending(workspace=workspace)
+            if embedded.embedded:
+                self.stderr.write(
+                    f"{conv.sample_id} {layout}: {embedded.embedded} memories embedded with {embedded.model} "
+                    f"in {embedded.seconds:.1f} s"
+                )
         except DomainError as exc:
             workspace.delete()
             raise CommandError(f"{conv.sample_id}: {exc.detail}") from None
