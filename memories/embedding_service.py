@@ -256,19 +256,27 @@ def workspace_reembed(
     return ReembedResult(model=model, reembedded=done, spec=stored, changed=True)
 
 
-def _write_vectors(memories: Sequence[Memory], vectors: Any, model: str, stamp: datetime) -> None:
-    """One prepared UPDATE per memory through executemany (Django's bulk_update builds a CASE per column)."""
+def _write_vectors(
+    memories: Sequence[Memory], vectors: Any, model: str, stamp: datetime, *, only_waiting: bool = False
+) -> int:
+    """One prepared UPDATE per memory through executemany (Django's bulk_update builds a CASE per column);
+    with `only_waiting`, only rows still without a vector and unchanged since read (same updated_at).
+    Returns how many rows were written."""
     table = connection.ops.quote_name(Memory._meta.db_table)
     native_uuid = connection.features.has_native_uuid_field
     when = db_datetime(stamp)
     rows = [
         (to_bytes(vector), model, when, m.id if native_uuid else uuid_hex(m.id))
+        + ((db_datetime(m.updated_at),) if only_waiting else ())
         for m, vector in zip(memories, vectors, strict=True)
     ]
+    where = "id = %s AND embedded_at IS NULL AND updated_at = %s" if only_waiting else "id = %s"
     with connection.cursor() as cursor:
         cursor.executemany(
-            f"UPDATE {table} SET embedding = %s, embedding_model = %s, embedded_at = %s WHERE id = %s", rows
+            f"UPDATE {table} SET embedding = %s, embedding_model = %s, embedded_at = %s WHERE {where}", rows
         )
+        # Both drivers sum the rows of every statement of an executemany.
+        return max(int(cursor.rowcount), 0)
 
 
 # -- memories waiting for a vector ------------------------------------------------------------------------
@@ -338,7 +346,7 @@ def embed_pending(
             stamp, _ = vectors_touch(workspace=workspace)
             if embedder_for(workspace).name != embedder.name:
                 continue  # moved to another model since: this batch is embedded again with it
-            written = _write_pending(chunk, vectors, embedder.name, stamp)
+            written = _write_vectors(chunk, vectors, embedder.name, stamp, only_waiting=True)
         model = embedder.name
         embedded += written
         # Rows edited between the read and the write are read again; a batch of only such rows many times
@@ -364,22 +372,3 @@ def embed_pending(
             left,
         )
     return EmbedPendingResult(model=model, embedded=embedded, left=left, seconds=seconds)
-
-
-def _write_pending(memories: Sequence[Memory], vectors: Any, model: str, stamp: datetime) -> int:
-    """The vectors of rows still waiting and unchanged since read; returns how many were written."""
-    table = connection.ops.quote_name(Memory._meta.db_table)
-    native_uuid = connection.features.has_native_uuid_field
-    when = db_datetime(stamp)
-    rows = [
-        (to_bytes(vector), model, when, m.id if native_uuid else uuid_hex(m.id), db_datetime(m.updated_at))
-        for m, vector in zip(memories, vectors, strict=True)
-    ]
-    with connection.cursor() as cursor:
-        cursor.executemany(
-            f"UPDATE {table} SET embedding = %s, embedding_model = %s, embedded_at = %s "
-            "WHERE id = %s AND embedded_at IS NULL AND updated_at = %s",
-            rows,
-        )
-        # Both drivers sum the rows of every statement of an executemany.
-        return max(int(cursor.rowcount), 0)
