@@ -34,6 +34,10 @@ from memories.selectors import compressed_originals
 log = logging.getLogger(__name__)
 
 REEMBED_BATCH = 512
+#: At most this many memories are embedded inside the transaction that moves a workspace to another model
+#: (those written or edited while ``reembed`` ran); the rest is embedded outside any transaction.
+REEMBED_FINAL_MAX = 32
+_STRAGGLER_BATCHES = 8
 _MICROSECOND = timedelta(microseconds=1)
 
 
@@ -211,11 +215,14 @@ def workspace_reembed(
     """Re-embed every memory of `workspace` whose vector is not of the target model, then make the target
     the workspace's embedder.
 
-    Target: `spec` (an EMBEDDER value), else the workspace's current embedder. One transaction per batch of
-    `batch` memories, so an interrupted run keeps what it committed and the next run does the rest. A batch
-    is read after the workspace is touched, so no edit of those memories interleaves. The workspace moves to
-    the target in the transaction of the last batch, so no vector of the old model can commit after the
-    switch unnoticed (writers read the spec back under the same lock: see vectors_touch).
+    Target: `spec` (an EMBEDDER value), else the workspace's current embedder. The memories are taken by id,
+    `batch` at a time: each batch is embedded outside any transaction and written in a short one that
+    touches the workspace's vectors and updates only rows unchanged since they were read, so a long run
+    never holds the database while a model computes, and an interrupted run keeps what it committed (the
+    next run does the rest). Memories written or edited meanwhile carry the old model: they are read again
+    until at most ``REEMBED_FINAL_MAX`` are left, and those few are embedded in the transaction that moves
+    the workspace to the target, so no vector of the old model can commit after the switch unnoticed
+    (writers read the spec back under the same lock: see vectors_touch).
     """
     if batch < 1:
         raise InvalidInput("batch: expected a positive integer", field="batch")
@@ -226,51 +233,75 @@ def workspace_reembed(
         return ReembedResult(model=model, reembedded=0, spec=stored, changed=False)
     started = time.perf_counter()
     done = 0
+
+    def report() -> None:
+        if progress is not None:
+            progress(ReembedProgress(done=done, total=max(total, done), elapsed_seconds=time.perf_counter() - started))
+
+    rows = _stale(workspace, model).order_by("id").only(*_PENDING_FIELDS)
     after: uuid.UUID | None = None
-    last = False
-    while not last:
+    while chunk := list((rows if after is None else rows.filter(id__gt=after))[:batch]):
+        vectors = _chunk_vectors(embedder, workspace, chunk)
         with transaction.atomic():
             stamp, _ = vectors_touch(workspace=workspace)
-            rows = _stale(workspace, model).order_by("id").only("id", "content", "compression_tier", "snapshots")
-            chunk = list((rows if after is None else rows.filter(id__gt=after))[:batch])
-            last = len(chunk) < batch
-            if last:
-                # The pass by id is through; memories written meanwhile with the old model may sit behind it.
-                # They are few, and taken here under the same lock as the switch, so none can follow it.
-                seen = {m.id for m in chunk}
-                chunk += [m for m in rows if m.id not in seen]
-            if chunk:
-                originals = compressed_originals(workspace=workspace, memories=chunk)
-                vectors = embedder.embed(
-                    [embedding_text(m, o.content if (o := originals.get(m.id)) is not None else None) for m in chunk]
-                )
-                _write_vectors(chunk, vectors, model, stamp)
-                done += len(chunk)
-                after = chunk[-1].id
-            if last:
-                Workspace.objects.filter(pk=workspace.pk).update(embedder=stored)
-                workspace.embedder = stored
-        if progress is not None and chunk:
-            progress(ReembedProgress(done=done, total=max(total, done), elapsed_seconds=time.perf_counter() - started))
+            done += _write_vectors(chunk, vectors, model, stamp, unchanged=True)
+        after = chunk[-1].id
+        report()
+    for _ in range(_STRAGGLER_BATCHES):
+        stragglers = list(rows[:batch])
+        if len(stragglers) <= REEMBED_FINAL_MAX:
+            break
+        vectors = _chunk_vectors(embedder, workspace, stragglers)
+        with transaction.atomic():
+            stamp, _ = vectors_touch(workspace=workspace)
+            done += _write_vectors(stragglers, vectors, model, stamp, unchanged=True)
+        report()
+    with transaction.atomic():
+        stamp, _ = vectors_touch(workspace=workspace)
+        last = list(rows)
+        if last:
+            done += _write_vectors(last, _chunk_vectors(embedder, workspace, last), model, stamp)
+        Workspace.objects.filter(pk=workspace.pk).update(embedder=stored)
+        workspace.embedder = stored
+    if last:
+        report()
     log.info("workspace %s re-embedded with %s: %d memories", workspace.slug, model, done)
     return ReembedResult(model=model, reembedded=done, spec=stored, changed=True)
 
 
+def _chunk_vectors(embedder: Embedder, workspace: Workspace, chunk: Sequence[Memory]) -> FloatMatrix:
+    """The vectors of `chunk` (compressed memories are embedded from their original text)."""
+    originals = compressed_originals(workspace=workspace, memories=chunk)
+    return embedder.embed(
+        [embedding_text(m, o.content if (o := originals.get(m.id)) is not None else None) for m in chunk]
+    )
+
+
 def _write_vectors(
-    memories: Sequence[Memory], vectors: Any, model: str, stamp: datetime, *, only_waiting: bool = False
+    memories: Sequence[Memory],
+    vectors: Any,
+    model: str,
+    stamp: datetime,
+    *,
+    unchanged: bool = False,
+    only_waiting: bool = False,
 ) -> int:
     """One prepared UPDATE per memory through executemany (Django's bulk_update builds a CASE per column);
-    with `only_waiting`, only rows still without a vector and unchanged since read (same updated_at).
-    Returns how many rows were written."""
+    with `unchanged`, only rows unchanged since read (same updated_at); with `only_waiting`, only such rows
+    that are still without a vector. Returns how many rows were written."""
     table = connection.ops.quote_name(Memory._meta.db_table)
     native_uuid = connection.features.has_native_uuid_field
     when = db_datetime(stamp)
     rows = [
         (to_bytes(vector), model, when, m.id if native_uuid else uuid_hex(m.id))
-        + ((db_datetime(m.updated_at),) if only_waiting else ())
+        + ((db_datetime(m.updated_at),) if unchanged or only_waiting else ())
         for m, vector in zip(memories, vectors, strict=True)
     ]
-    where = "id = %s AND embedded_at IS NULL AND updated_at = %s" if only_waiting else "id = %s"
+    where = "id = %s"
+    if only_waiting:
+        where += " AND embedded_at IS NULL"
+    if unchanged or only_waiting:
+        where += " AND updated_at = %s"
     with connection.cursor() as cursor:
         cursor.executemany(
             f"UPDATE {table} SET embedding = %s, embedding_model = %s, embedded_at = %s WHERE {where}", rows
@@ -338,10 +369,7 @@ def embed_pending(
         if not chunk:
             break
         embedder = embedder_for(workspace)
-        originals = compressed_originals(workspace=workspace, memories=chunk)
-        vectors = embedder.embed(
-            [embedding_text(m, o.content if (o := originals.get(m.id)) is not None else None) for m in chunk]
-        )
+        vectors = _chunk_vectors(embedder, workspace, chunk)
         with transaction.atomic():
             stamp, _ = vectors_touch(workspace=workspace)
             if embedder_for(workspace).name != embedder.name:

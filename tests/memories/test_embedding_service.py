@@ -208,6 +208,37 @@ def test_an_interrupted_reembed_keeps_its_committed_batches_and_a_rerun_finishes
     assert models_of(workspace) == {"hashing:64"}
 
 
+def test_reembed_computes_outside_transactions_and_takes_edits_made_while_it_runs(
+    workspace: Workspace, user: Any, make_memory: Callable[..., Memory], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memories import embedding_service
+
+    for k in range(6):
+        make_memory(f"memory number {k}")
+    depth = len(connection.atomic_blocks)  # the test's own transaction
+    inside: list[int] = []
+    compute = embedding_service._chunk_vectors
+
+    def watched(embedder: Any, ws: Workspace, chunk: Any) -> Any:
+        if len(connection.atomic_blocks) > depth:
+            inside.append(len(chunk))
+        return compute(embedder, ws, chunk)
+
+    monkeypatch.setattr(embedding_service, "_chunk_vectors", watched)
+    edited: list[Memory] = []
+
+    def edit_a_done_memory(step: ReembedProgress) -> None:
+        if not edited:  # the first batch is committed with the target: an edit now stores the old model again
+            edited.append(Memory.objects.filter(embedding_model="hashing:64").first())
+            services.memory_update(workspace=workspace, memory=edited[0], actor=user, changes={"content": "edited"})
+
+    result = workspace_reembed(workspace=workspace, spec="hashing:64", batch=2, progress=edit_a_done_memory)
+    assert models_of(workspace) == {"hashing:64"} and workspace.embedder == "hashing:64"
+    assert result.reembedded == 7  # six, and the edited one again
+    assert inside == [1]  # only the straggler, in the transaction of the switch
+    assert len(bytes(fresh(edited[0]).embedding)) == 4 * 64 and fresh(edited[0]).content == "edited"
+
+
 def test_a_bad_spec_or_an_unknown_workspace_is_a_command_error(workspace: Workspace) -> None:
     with pytest.raises(CommandError, match="Unknown EMBEDDER"):
         reembed("--workspace", "acme", "--embedder", "word2vec")
