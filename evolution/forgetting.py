@@ -9,8 +9,9 @@ proposal (kind ``forget``) on the proposal queue or through the API; a dry run o
 Approving (``forget_apply``) writes one record (evolver CompressionLadder, action compress, the approver as
 actor) and, for every memory of the proposal that is still an eligible tombstone, sets compression_tier
 FORGOTTEN, status ``forgotten`` (so no search, list of active memories or working context returns it),
-content "" and snapshots []. The row keeps its id, its edges and its history; the record's ``before`` holds
-everything the row held, so reverting the record brings each memory back byte for byte. Nothing is deleted.
+content "" and snapshots [], and drops its vector (what it encoded is forgotten too). The row keeps its id,
+its edges and its history; the record's ``before`` holds everything the row gave up, so reverting the record
+brings each memory back byte for byte (a restored vector with a new stamp). Nothing is deleted.
 
 What a person wrote never gets here: origin tier 1 (user:, cli:, api:, import:) never leaves FULL, and both
 the proposal and the approval check it again, so only memories an evolver or agent derived can be forgotten.
@@ -41,6 +42,7 @@ from evolution.proposals import ProposalDraft, register_proposal_applier
 from history import audit
 from history.models import Action, EvolutionRecord
 from memories.algorithms.activation import decayed_activation_array
+from memories.embedding_service import vectors_touch
 from memories.models import Memory, Status, Workspace
 from surfacing.settings import register_evolution_setting
 
@@ -60,6 +62,8 @@ FORGOTTEN_FIELDS: Final[dict[str, Any]] = {
     "status": Status.FORGOTTEN.value,
     "snapshots": [],
 }
+# ... and its vector, when it has one (a memory still waiting for one keeps waiting: see pending_vectors).
+UNEMBEDDED_FIELDS: Final[dict[str, Any]] = {"embedding": None, "embedding_model": ""}
 
 
 def _enabled(name: str, value: Any) -> bool:
@@ -195,21 +199,29 @@ def forget_apply(workspace: Workspace, proposal: Proposal, actor: User | None, n
     before: dict[str, Any] = {}
     after: dict[str, Any] = {}
     forgotten: list[uuid.UUID] = []
+    with_vector: list[uuid.UUID] = []
     for mid in ids:
         memory = by_id.get(mid)
         why = "no longer exists" if memory is None else why_not_forgettable(memory, after_days=after_days, now=now)
         if memory is None or why:
             skipped.append(f"{mid} ({why})")
             continue
-        old, new = audit.memory_changes(memory, FORGOTTEN_FIELDS)
+        old, new = audit.memory_changes(memory, {**FORGOTTEN_FIELDS, **UNEMBEDDED_FIELDS})
         before[mid], after[mid] = old, new
         forgotten.append(memory.id)
+        if memory.embedding is not None:
+            with_vector.append(memory.id)
     if not forgotten:
         raise Conflict(
             f"proposal {proposal.pk}: no memory of it can be forgotten now: {'; '.join(skipped)[:500]}",
             code="stale_proposal",
         )
     Memory.objects.filter(workspace=workspace, id__in=forgotten).update(**FORGOTTEN_FIELDS)
+    if with_vector:
+        # The vector encodes what was forgotten: it goes too (a vector write, stamped, so the vector indexes
+        # drop it at their next catch-up); the record's before keeps it for a revert.
+        stamp, _ = vectors_touch(workspace=workspace)
+        Memory.objects.filter(workspace=workspace, id__in=with_vector).update(**UNEMBEDDED_FIELDS, embedded_at=stamp)
     reason = (
         f"TOMBSTONE -> FORGOTTEN for {len(forgotten)} memor{'y' if len(forgotten) == 1 else 'ies'}: "
         f"{audit.approval('forget', proposal.pk, actor)}"

@@ -28,7 +28,7 @@ from core.errors import InvalidInput
 from memories.algorithms.embedding import Embedder, EmbedderUnavailable, FloatMatrix, to_bytes
 from memories.bulk import db_datetime, uuid_hex
 from memories.embeddings import default_embedder, embedder_for, embedder_for_spec, inline_limit
-from memories.models import CompressionTier, Memory, Workspace
+from memories.models import CompressionTier, Memory, Status, Workspace
 from memories.selectors import compressed_originals
 
 log = logging.getLogger(__name__)
@@ -320,8 +320,8 @@ _PENDING_FIELDS = ("id", "content", "compression_tier", "snapshots", "updated_at
 
 def pending_vectors(*, workspace: Workspace) -> Any:
     """The memories of `workspace` waiting for a vector (stored without one: ``embedded_at`` is null; read
-    through the (workspace, embedded_at) index)."""
-    return Memory.objects.filter(workspace=workspace, embedded_at__isnull=True)
+    through the (workspace, embedded_at) index), forgotten ones aside (their text is gone)."""
+    return Memory.objects.filter(workspace=workspace, embedded_at__isnull=True).exclude(status=Status.FORGOTTEN)
 
 
 def has_pending_vectors(*, workspace: Workspace) -> bool:

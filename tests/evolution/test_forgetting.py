@@ -15,8 +15,12 @@ from evolution.models import Proposal, ProposalKind, ProposalStatus
 from evolution.proposals import proposal_approve, proposal_reject
 from history.models import EvolutionRecord
 from memories import services as memory_services
+from memories.algorithms.embedding import to_bytes
+from memories.embedding_service import pending_vectors
+from memories.embeddings import default_embedder
 from memories.models import CompressionTier, Memory, Status, Workspace
 from memories.selectors import lexical_search
+from memories.vectorindex import vector_search
 from surfacing.settings import validate_evolution_changes
 from tests.evolution.conftest import NOW
 
@@ -187,6 +191,42 @@ def test_a_forgotten_memory_leaves_the_search(kit: Any, user: Any) -> None:
     assert memory.id not in found(kit.workspace, query)
     # Its content is gone from the index too, not only filtered out by status.
     assert memory.id not in found(kit.workspace, query, statuses=None)
+
+
+def test_a_forgotten_memory_drops_its_vector_and_a_revert_brings_it_back(kit: Any, user: Any) -> None:
+    policy(kit.workspace)
+    embedder = default_embedder()
+    vector = embedder.embed([TEXT])[0]
+    memory = tombstone(kit, embedding=to_bytes(vector))
+    kit.run("CompressionLadder")
+    (proposal,) = forget_proposals(kit.workspace)
+    assert memory.id in near(kit.workspace, vector)
+    decided = proposal_approve(workspace=kit.workspace, proposal_id=proposal.pk, actor=user, now=NOW)
+    forgotten = fresh(memory)
+    assert (forgotten.embedding, forgotten.embedding_model) == (None, "")
+    assert forgotten.embedded_at is not None  # a vector write: not left waiting for the embed job
+    assert memory.id not in near(kit.workspace, vector)
+    record = decided.applied_record
+    assert record is not None
+    memory_services.record_revert(workspace=kit.workspace, record_id=record.pk, actor=user)
+    back = fresh(memory)
+    assert (bytes(back.embedding), back.embedding_model) == (to_bytes(vector), embedder.name)
+    assert memory.id in near(kit.workspace, vector)
+
+
+def test_a_forgotten_memory_without_a_vector_is_not_embedded_from_its_empty_text(kit: Any, user: Any) -> None:
+    policy(kit.workspace)
+    memory = tombstone(kit)
+    kit.run("CompressionLadder")
+    (proposal,) = forget_proposals(kit.workspace)
+    assert pending_vectors(workspace=kit.workspace).filter(id=memory.id).exists()
+    proposal_approve(workspace=kit.workspace, proposal_id=proposal.pk, actor=user, now=NOW)
+    assert not pending_vectors(workspace=kit.workspace).filter(id=memory.id).exists()
+
+
+def near(workspace: Workspace, vector: Any) -> set[Any]:
+    workspace.refresh_from_db()
+    return {mid for mid, _ in vector_search(workspace=workspace, vector=vector, model=default_embedder().name)}
 
 
 def found(workspace: Workspace, query: str, statuses: Any = ("active",)) -> set[Any]:
