@@ -111,8 +111,12 @@ def _ensure_workspace(args: argparse.Namespace) -> dict[str, Any]:
         and workspace is not None
         and sidecar.exists()
         and Memory.objects.filter(workspace=workspace).count() == args.memories
-        # Generated before vectors carried their model's name: the vector index would hold nothing.
-        and Memory.objects.filter(workspace=workspace, embedding_model=embedder_for(workspace).name).exists()
+        and (args.embedder is None or workspace.embedder == args.embedder)
+        # Generated before vectors carried their model's name, or with its vectors left to the embed job:
+        # the vector index would not hold them all.
+        and not Memory.objects.filter(workspace=workspace)
+        .exclude(embedding_model=embedder_for(workspace).name)
+        .exists()
     ):
         meta: dict[str, Any] = json.loads(sidecar.read_text())
         meta["edges"] = Edge.objects.filter(workspace=workspace).count()
@@ -121,7 +125,7 @@ def _ensure_workspace(args: argparse.Namespace) -> dict[str, Any]:
     from surfacing_data import generate
 
     started = time.perf_counter()
-    generated = generate(n_memories=args.memories, n_edges=args.edges)
+    generated = generate(n_memories=args.memories, n_edges=args.edges, embedder=args.embedder or "")
     print(f"generated {args.memories:,} memories, {generated.edges:,} edges in {time.perf_counter() - started:.0f} s")
     meta = {"topics": generated.topic_words, "vocabulary": generated.vocabulary, "edges": generated.edges}
     sidecar.write_text(json.dumps(meta))
@@ -380,6 +384,9 @@ def main() -> None:
     parser.add_argument("--edges", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=60, help="queries per strategy")
     parser.add_argument("--fresh", action="store_true", help="regenerate the workspace")
+    parser.add_argument(
+        "--embedder", metavar="SPEC", help="the workspace's EMBEDDER spec (default: the site's; another regenerates)"
+    )
     parser.add_argument("--skip-http", action="store_true")
     parser.add_argument("--skip-ppr", action="store_true")
     parser.add_argument("--json", default="", help="also write the percentiles to this JSON file (bench_scale)")

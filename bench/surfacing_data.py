@@ -93,6 +93,10 @@ NAMES = [
 ]
 
 
+#: Memories embedded per call while generating (and per progress line).
+EMBED_CHUNK = 8192
+
+
 @dataclass(frozen=True)
 class BenchWorkspace:
     slug: str
@@ -113,8 +117,14 @@ def _vocabulary(rng: random.Random) -> list[str]:
     return words
 
 
-def generate(*, n_memories: int, n_edges: int, seed: int = 7, slug: str = "bench") -> BenchWorkspace:
-    """Create user `bench`, workspace `slug` and its memories and edges in the configured database."""
+def generate(
+    *, n_memories: int, n_edges: int, seed: int = 7, slug: str = "bench", embedder: str = ""
+) -> BenchWorkspace:
+    """Create user `bench`, workspace `slug` and its memories and edges in the configured database.
+
+    Every memory gets its vector of the workspace's embedder (`embedder`, an EMBEDDER spec; "" = the
+    site's), computed here in batches, so a benchmark searches a full vector index: a bulk write through the
+    service would leave a slow model's vectors to the embed job. With minilm that is ~3 min per 100k."""
     from django.contrib.auth import get_user_model
     from django.db import connection, transaction
 
@@ -122,7 +132,8 @@ def generate(*, n_memories: int, n_edges: int, seed: int = 7, slug: str = "bench
     from memories import services
     from memories.algorithms.sortkey import activation_sort_key
     from memories.bulk import bulk_insert
-    from memories.embedding_service import memories_embed
+    from memories.embedding_service import embedding_text, memories_embed
+    from memories.embeddings import embedder_for
     from memories.models import Edge, Memory, MemoryType, Workspace
 
     started = time.perf_counter()
@@ -138,6 +149,9 @@ def generate(*, n_memories: int, n_edges: int, seed: int = 7, slug: str = "bench
     user = get_user_model().objects.filter(username="bench").first() or get_user_model().objects.create_user("bench")
     Workspace.objects.filter(slug=slug).delete()
     workspace = services.workspace_create(owner=user, slug=slug, name="Surfacing bench")
+    if embedder:
+        Workspace.objects.filter(pk=workspace.pk).update(embedder=embedder)
+        workspace.embedder = embedder
     now = datetime.now(UTC)
     n_plain = n_memories - N_ENTITIES
     filler = nrng.choice(VOCABULARY, size=(n_plain, 24), p=zipf)
@@ -177,10 +191,19 @@ def generate(*, n_memories: int, n_edges: int, seed: int = 7, slug: str = "bench
                 updated_at=created,
             )
         )
-    memories_seconds = time.perf_counter() - started
+    model = embedder_for(workspace)
+    vectors = np.zeros((len(rows), model.dim), dtype=np.float32)
+    embed_started = time.perf_counter()
+    for start in range(0, len(rows), EMBED_CHUNK):
+        part = rows[start : start + EMBED_CHUNK]
+        vectors[start : start + len(part)] = model.embed([embedding_text(m) for m in part])
+        if len(rows) > EMBED_CHUNK:
+            done = start + len(part)
+            rate = done / max(time.perf_counter() - embed_started, 1e-9)
+            print(f"  {model.name} vectors: {done:,}/{len(rows):,} at {rate:,.0f}/s", flush=True)
     with transaction.atomic():
         # The write path of every memory: vectors of the workspace's embedder, named and stamped.
-        memories_embed(workspace=workspace, memories=rows)
+        memories_embed(workspace=workspace, memories=rows, vectors=(model, vectors))
         # The ingestion path's writer (COPY on PostgreSQL): Django's bulk_create took 85 s for 100k there.
         bulk_insert(Memory, rows)
     memories_seconds = time.perf_counter() - started
