@@ -11,9 +11,11 @@ from typing import Any, Final
 
 from evolution.algorithms import memdir
 from evolution.engine_inputs import one_line
-from memories.models import Memory
+from memories.models import Memory, MemoryType
 
 LINEAGE_EVOLVER: Final = "memdir"
+#: The memory types a directory holds as rules (a preference with ``kind: preference``).
+RULE_TYPES: Final = (MemoryType.STRATEGY, MemoryType.PREFERENCE)
 """Evolver name of the import record that keeps a workspace's lineage (the first import names its origin)."""
 
 

@@ -4,8 +4,9 @@ The layout and its file formats are ``evolution.algorithms.memdir`` (parse and r
 them to the workspace:
 
 * rules (``hot/memory.md``, ``warm/projects/*.md``, ``warm/domains/*.md``, ``cold/archive/*.md``) are the
-  memories of type ``strategy`` that are active (by tier) or archived (always ``cold/archive``): origin
-  ``engine:`` is ``origin: engine``, anything else a manual rule. A warm rule without a place of its own goes
+  memories of type ``strategy`` and ``preference`` (``kind: preference``; its section is its subject) that
+  are active (by tier) or archived (always ``cold/archive``): origin ``engine:`` is ``origin: engine``,
+  anything else a manual rule. A warm rule without a place of its own goes
   to ``warm/domains/<its task type or subject>.md`` (``general`` when it has neither); an approved strategy's
   section is its task type; ``source`` names the proposal it came from;
 * ``hot/corrections.md``: the corrections in force (active memories of type ``correction``; one superseded
@@ -40,6 +41,7 @@ from evolution.engine_inputs import DEFAULT_APPROACH, DEFAULT_TOPIC, one_line
 from evolution.engine_selectors import outcomes_in_order, reflection_fields, sensor_id
 from evolution.memdir_common import (
     LINEAGE_EVOLVER,
+    RULE_TYPES,
     correction_keys,
     derived_rule_ids,
     meta_section,
@@ -188,7 +190,11 @@ def _rule_of(memory: Memory, ids: Mapping[int, str], used_ids: set[str]) -> memd
     if area != "hot":
         keeps = stored_area == area and isinstance(stored_topic, str) and memdir._TOPIC_RE.fullmatch(stored_topic)
         topic = str(stored_topic) if keeps else _topic_of(str(task_type) or memory.subject)
-    section = one_line(place["section"]) if isinstance(place.get("section"), str) else one_line(str(task_type))
+    preference = memory.memory_type == MemoryType.PREFERENCE
+    if isinstance(place.get("section"), str):
+        section = one_line(place["section"])
+    else:
+        section = one_line(memory.subject if preference else str(task_type))
     rule_id = _token(place.get("id"))
     if rule_id is None or rule_id in used_ids:
         short, full = derived_rule_ids(memory)
@@ -209,6 +215,7 @@ def _rule_of(memory: Memory, ids: Mapping[int, str], used_ids: set[str]) -> memd
         added=added,
         origin="engine" if memory.origin_tier == 3 else "manual",
         source=source or _token(place.get("source")),
+        kind="preference" if preference else "rule",
     )
 
 
@@ -258,7 +265,9 @@ def memdir_snapshot(*, workspace: Workspace, now: datetime | None = None) -> mem
 
     rule_rows = _in_order(
         Memory.objects.filter(
-            workspace=workspace, memory_type=MemoryType.STRATEGY, status__in=[Status.ACTIVE, Status.ARCHIVED]
+            workspace=workspace,
+            memory_type__in=RULE_TYPES,
+            status__in=[Status.ACTIVE, Status.ARCHIVED],
         )
     )
     used: set[str] = set()

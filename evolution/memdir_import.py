@@ -44,6 +44,7 @@ from evolution.engine_inputs import (
 from evolution.engine_selectors import reflection_fields
 from evolution.memdir_common import (
     LINEAGE_EVOLVER,
+    RULE_TYPES,
     correction_keys,
     derived_rule_ids,
     meta_section,
@@ -482,9 +483,7 @@ def _import(workspace: Workspace, d: memdir.MemoryDirectory, actor: User | None,
 
     rule_ids: set[str] = set()
     rule_texts: Counter[tuple[str, str]] = Counter()
-    for m in Memory.objects.filter(workspace=workspace, memory_type=MemoryType.STRATEGY).exclude(
-        status=Status.FORGOTTEN
-    ):
+    for m in Memory.objects.filter(workspace=workspace, memory_type__in=RULE_TYPES).exclude(status=Status.FORGOTTEN):
         place = meta_section(m, "memdir")
         if isinstance(place.get("id"), str):
             rule_ids.add(place["id"])
@@ -523,11 +522,15 @@ def _import(workspace: Workspace, d: memdir.MemoryDirectory, actor: User | None,
             meta["strategy"] = {"key": linked.dedupe_key, "proposal_id": linked.pk, "task_type": task_type}
         if item is not None:
             meta["decay"] = _decay_values(item)
+        if rule.kind == "preference":
+            subject = rule.section[:MAX_TOPIC]
+        else:
+            subject = (task_type or "")[:MAX_TOPIC] if rule.origin == "engine" else ""
         rules.append(
             MemoryInput(
                 content=rule.text,
-                memory_type=MemoryType.STRATEGY,
-                subject=(task_type or "")[:MAX_TOPIC] if rule.origin == "engine" else "",
+                memory_type=MemoryType.PREFERENCE if rule.kind == "preference" else MemoryType.STRATEGY,
+                subject=subject,
                 origin=ENGINE_ORIGIN if rule.origin == "engine" else IMPORT_ORIGIN,
                 tier=tier,
                 status=Status.ARCHIVED if rule.area == "archive" else Status.ACTIVE,

@@ -16,7 +16,9 @@ entry, unknown and repeated fields are problems. Every value is one line.
       - Check asarUnpack for renderer files <!-- id: R-7; added: 2026-01-02; origin: engine; source: P-003 -->
 
   ``id`` and ``source`` are tokens (letters, digits, ``_ . : / @ # + -``), ``added`` a date, ``origin``
-  ``manual`` (the default, never written) or ``engine``. Rule text may not contain ``<!--``.
+  ``manual`` (the default, never written) or ``engine``, ``kind`` ``rule`` (the default, never written) or
+  ``preference`` (a confirmed preference of the user: hot memory holds both). Rule text may not contain
+  ``<!--``.
 * ``hot/corrections.md``, in the order written::
 
       ## 2026-01-02 — topic
@@ -85,6 +87,7 @@ from evolution.algorithms.tiers import HOT_WINDOW_DAYS, ItemKind, Tier, TierItem
 
 Area = Literal["hot", "project", "domain", "archive"]
 Origin = Literal["manual", "engine"]
+RuleKind = Literal["rule", "preference"]
 ProposalStatus = Literal["pending", "approved", "rejected", "modified", "vetoed"]
 StrategyStatus = Literal["proposed", "approved", "rejected", "vetoed"]
 SensorResult = Literal["success", "fail"]
@@ -206,6 +209,7 @@ class Rule:
     added: date | None = None
     origin: Origin = "manual"
     source: str | None = None
+    kind: RuleKind = "rule"
 
     def __post_init__(self) -> None:
         _choice("area", self.area, get_args(Area))
@@ -223,6 +227,7 @@ class Rule:
             if value is not None:
                 _token(name, value)
         _choice("origin", self.origin, get_args(Origin))
+        _choice("kind", self.kind, get_args(RuleKind))
 
     @property
     def path(self) -> str:
@@ -537,6 +542,7 @@ def _render_rule(rule: Rule) -> str:
             ("added", rule.added.isoformat() if rule.added else None),
             ("origin", "engine" if rule.origin == "engine" else None),
             ("source", rule.source),
+            ("kind", "preference" if rule.kind == "preference" else None),
         )
         if value is not None
     ]
@@ -732,8 +738,8 @@ def _parse_rule_meta(meta: str) -> dict[str, str]:
     for part in filter(None, (p.strip() for p in meta.split(";"))):
         name, sep, value = part.partition(":")
         name, value = name.strip(), value.strip()
-        if not sep or name not in ("id", "added", "origin", "source"):
-            raise ValueError(f"bad rule metadata {part!r}: expected id, added, origin or source")
+        if not sep or name not in ("id", "added", "origin", "source", "kind"):
+            raise ValueError(f"bad rule metadata {part!r}: expected id, added, origin, source or kind")
         if name in fields:
             raise ValueError(f"rule metadata {name!r} given twice")
         fields[name] = value
@@ -759,6 +765,8 @@ def _parse_rule_file(file: str, text: str, area: Area, topic: str, problems: lis
                 body = body[:start].strip()
             origin = meta.get("origin", "manual")
             _choice("origin", origin, get_args(Origin))
+            kind = meta.get("kind", "rule")
+            _choice("kind", kind, get_args(RuleKind))
             rules.append(
                 (
                     n,
@@ -771,6 +779,7 @@ def _parse_rule_file(file: str, text: str, area: Area, topic: str, problems: lis
                         added=_parse_date(meta["added"]) if "added" in meta else None,
                         origin=cast(Origin, origin),
                         source=meta.get("source"),
+                        kind=cast(RuleKind, kind),
                     ),
                 )
             )

@@ -82,6 +82,16 @@ def manual_rule(ws: Workspace, user: Any, text: str, *, tier: str = "hot", days:
     )
 
 
+def preference(ws: Workspace, user: Any, text: str, subject: str, *, tier: str = "warm", days: float = 2.0) -> Memory:
+    return services.memory_create(
+        workspace=ws,
+        actor=user,
+        item=MemoryInput(
+            content=text, memory_type="preference", subject=subject, tier=tier, created_at=NOW - timedelta(days=days)
+        ),
+    )
+
+
 def rich_history(ws: Workspace, user: Any) -> None:
     """A workspace that uses every part of the layout: rules in every tier, corrections (one superseded),
     reflections, proposals in every status, sensor readings and decisions, retrieval uses, a dream."""
@@ -123,6 +133,8 @@ def rich_history(ws: Workspace, user: Any) -> None:
     manual_rule(ws, user, "Use ruff with line length 120", tier="warm", days=10, subject="lint")
     manual_rule(ws, user, "Old habit <!-- keep", tier="warm", days=200)
     manual_rule(ws, user, "Deprecated step", tier="cold", status="archived", days=300)
+    preference(ws, user, "Answers in short paragraphs", "answer style", tier="hot", days=6)
+    preference(ws, user, "Dark theme in every editor", "theme", days=3)
     used = manual_rule(ws, user, "Hot because used", tier="warm", days=20)
     RetrievalEvent.objects.bulk_create(
         [
@@ -174,6 +186,9 @@ def test_export_maps_every_part_of_the_workspace_to_the_layout(workspace: Worksp
     assert "- Use ruff with line length 120 <!--" in files["warm/domains/lint.md"]
     assert "- Old habit < !-- keep <!--" in files["cold/archive/general.md"]  # archived by the dream
     assert "- Deprecated step <!--" in files["cold/archive/general.md"]
+    # Hot memory holds confirmed rules and preferences; a preference's section is its subject.
+    assert "## answer style\n\n- Answers in short paragraphs <!-- id: R-" in hot and "; kind: preference -->" in hot
+    assert "- Dark theme in every editor <!--" in files["warm/domains/theme.md"]
     corrections = files["hot/corrections.md"]
     assert "**What I should do**: use emacs" in corrections
     assert "use vim" not in corrections.replace("not use vim", "")  # superseded by the later correction
@@ -235,6 +250,7 @@ OPERATIONS = st.one_of(
     st.tuples(st.just("correction"), st.sampled_from(TOPICS), st.sampled_from(TEXTS), st.floats(0, 10)),
     st.tuples(st.just("reflection"), st.sampled_from([None, *TOPICS]), st.sampled_from(TEXTS), st.floats(0, 10)),
     st.tuples(st.just("rule"), st.sampled_from(["hot", "warm", "cold"]), st.sampled_from(TEXTS), st.floats(0, 200)),
+    st.tuples(st.just("preference"), st.sampled_from(["hot", "warm"]), st.sampled_from(TEXTS), st.floats(0, 200)),
     st.tuples(st.just("approve"), st.booleans()),
     st.tuples(
         st.just("reject"),
@@ -254,6 +270,8 @@ def apply_operation(ws: Workspace, user: Any, op: tuple[Any, ...]) -> None:
         record_reflection(ws, user, engine_inputs.one_line(op[2]) or "x", op[3], topic=op[1])
     elif kind == "rule":
         manual_rule(ws, user, op[2], tier=op[1], days=op[3], status="archived" if op[1] == "cold" else "active")
+    elif kind == "preference":
+        preference(ws, user, op[2], "style", tier=op[1], days=op[3])
     elif kind in ("approve", "reject"):
         waiting = Proposal.objects.filter(workspace=ws, status=ProposalStatus.PENDING, kind="strategy").first()
         if waiting is None:
