@@ -51,6 +51,7 @@ from django.db import connections
 from django.db.models import F
 from django.utils import timezone
 
+from core.outages import RetryLog
 from evolution import decay_sweep, dream, jobs, retrieval_stats
 from evolution.locks import JobLocks, job_locks
 from evolution.models import ScheduledJob
@@ -153,6 +154,7 @@ class _LeaseKeeper:
 
     def __init__(self, locks: JobLocks, lease: timedelta, now: Clock) -> None:
         self._locks, self._lease, self._now = locks, lease, now
+        self._failures = RetryLog(log, "prolonging a job's lock")
         self._held: tuple[int, str, str] | None = None
         self._since = 0.0
         self._guard = threading.Lock()
@@ -185,11 +187,13 @@ class _LeaseKeeper:
                 workspace_id, job, token = held
                 try:
                     kept = self._locks.extend(workspace_id, job, token, lease=self._lease, now=self._now())
-                except Exception:
+                except Exception as exc:
                     # One failed prolong (the database busy, Redis restarting) must not end the thread: a
                     # thread that ended here left every later job of this scheduler without a keeper.
-                    log.exception("prolonging the lock of %s of workspace %s failed; trying again", job, workspace_id)
+                    self._failures.failed(exc, f"trying again ({job} of workspace {workspace_id})")
                     kept = False
+                else:
+                    self._failures.succeeded()
                 if not kept:
                     log.warning("lost the lock of %s of workspace %s while working it", job, workspace_id)
                 with self._guard:
@@ -241,6 +245,8 @@ class Scheduler:
         )
         self._last_tick = float("-inf")
         self._keeper = _LeaseKeeper(self.locks, self.lease, self.now)
+        self._failures = RetryLog(log, f"the scheduler of {self.worker}")
+        self._job_failures = RetryLog(log, "a scheduled job")
 
     def maybe_tick(self) -> list[Worked]:
         """``tick`` if check_every seconds have passed since the last one (a worker loop calls this often)."""
@@ -249,10 +255,12 @@ class Scheduler:
             return []
         self._last_tick = started
         try:
-            return self.tick()
-        except Exception:
-            log.exception("the scheduler of %s failed; it looks again in %g s", self.worker, self.check_every)
+            worked = self.tick()
+        except Exception as exc:
+            self._failures.failed(exc, f"it looks again in {self.check_every:g} s")
             return []
+        self._failures.succeeded()
+        return worked
 
     def tick(self, now: datetime | None = None) -> list[Worked]:
         """Work every due (workspace, job) this worker can lock, at `now` (default: one clock reading)."""
@@ -305,8 +313,10 @@ class Scheduler:
             try:
                 stats = job.work(workspace, now)
             except Exception as exc:
-                log.exception("scheduled %s of workspace %s failed", job.name, workspace.slug)
+                self._job_failures.failed(exc, f"{job.name} of workspace {workspace.slug} is due again")
                 status, error = "failed", f"{type(exc).__name__}: {exc}"
+            else:
+                self._job_failures.succeeded()
             finally:
                 self._keeper.drop()
             seconds = round(time.perf_counter() - started, 3)

@@ -18,11 +18,13 @@ from typing import Any, Protocol
 
 from django.db import connection, transaction
 
+from core.outages import RetryLog
 from memories.algorithms.sortkey import activation_sort_key
 from memories.bulk import datetime_converter, insert_rows, uuid_hex
 from memories.models import Memory, RetrievalEvent
 
 log = logging.getLogger(__name__)
+_publish_failures = RetryLog(log, "publishing activation changes")
 
 
 @dataclass(frozen=True)
@@ -250,5 +252,7 @@ def _publish_activation(changed: dict[int, list[tuple[str, float]]]) -> None:
 
     try:
         activation_changed(changed)
-    except Exception:  # a dead channel layer must never lose the database write
-        log.exception("publishing activation changes failed")
+    except Exception as exc:  # a dead channel layer must never lose the database write
+        _publish_failures.failed(exc, "the browsers miss these changes")
+    else:
+        _publish_failures.succeeded()

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from django.conf import settings
 from django.db import close_old_connections
 
+from core.outages import RetryLog
 from memories.signalbus.base import FlushResult, Signal, apply_signals
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ class LocalSignalBus:
         self._queue: list[Signal] = []
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._failures = RetryLog(log, "signal flush")
 
     @classmethod
     def from_settings(cls) -> LocalSignalBus:
@@ -72,7 +74,9 @@ class LocalSignalBus:
         while not self._stop.wait(self.interval):
             try:
                 self.flush()
-            except Exception:
-                log.exception("signal flush failed; retrying in %ss", self.interval)
+            except Exception as exc:
+                self._failures.failed(exc, f"retrying in {self.interval:g} s")
+            else:
+                self._failures.succeeded()
             finally:
                 close_old_connections()

@@ -50,6 +50,7 @@ import redis
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 
+from core.outages import RetryLog
 from memories.models import RetrievalEvent
 from memories.signalbus.base import Boost, FlushResult, Retrieval, Signal, apply_signals
 
@@ -245,6 +246,7 @@ class RedisSignalBus:
         self._group_ready = False
         self._lock = threading.Lock()
         self._unsent: list[Signal] = []
+        self._publish_failures = RetryLog(log, f"publishing signals to {stream}")
 
     @classmethod
     def from_settings(cls) -> RedisSignalBus:
@@ -266,16 +268,16 @@ class RedisSignalBus:
             return
         try:
             self._send(batch)
-        except redis.RedisError:
-            log.exception(
-                "publishing %d signals to %s failed; keeping them for the next attempt", len(batch), self.stream
-            )
+        except redis.RedisError as exc:
+            self._publish_failures.failed(exc, f"{len(batch)} signals kept for the next attempt")
             with self._lock:
                 self._unsent[:0] = batch
                 overflow = len(self._unsent) - MAX_LOCAL_SIGNALS
                 if overflow > 0:
                     del self._unsent[:overflow]
                     log.error("dropped %d signals held while Redis was unreachable", overflow)
+        else:
+            self._publish_failures.succeeded()
 
     def _send(self, signals: Sequence[Signal]) -> None:
         pipe = self._redis.pipeline(transaction=True)

@@ -220,6 +220,8 @@ def test_boosts_and_job_locks_go_on_across_a_redis_restart_losing_only_what_redi
         restarted_at = _boosts_applied(db_path)
         _wait(lambda: _boosts_applied(db_path) > restarted_at + 2000, "no boost was applied after the restart")
         _wait(lambda: _retrieval_runs(db_path)[0] >= down_runs + 2, "the retrieval job stopped after the restart")
+        # The outage was news once (no traceback a flush), and its end is reported.
+        _wait(lambda: "signal flush works again" in log_path.read_text(errors="replace"), "no line said it recovered")
     finally:
         publisher.stop.set()
         publisher.thread.join(timeout=30)

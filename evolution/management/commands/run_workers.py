@@ -29,6 +29,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
+from core.outages import RetryLog
 from evolution import jobs, runner
 from evolution.models import EvolutionRun
 from evolution.scheduler import Scheduler
@@ -146,6 +147,8 @@ class Command(BaseCommand):
         self.stdout.write(f"worker {bus.consumer}: flushing {bus.stream} (group {bus.group}) every {interval:g}s")
         started = time.monotonic()
         last_housekeeping = 0.0
+        flush_failures = RetryLog(log, "signal flush")
+        housekeeping_failures = RetryLog(log, "forgetting idle consumers")
         while True:
             round_started = time.monotonic()
             before = bus.stats.signals
@@ -156,10 +159,12 @@ class Command(BaseCommand):
                     # A flush is bounded (max_batches); go on while it keeps finding work.
                     if stop.is_set() or _progress(bus) == seen:
                         break
-            except Exception:
-                log.exception("signal flush failed; retrying in %ss", interval)
+            except Exception as exc:
                 if once:
                     raise
+                flush_failures.failed(exc, f"retrying in {interval:g} s")
+            else:
+                flush_failures.succeeded()
             finally:
                 close_old_connections()
             done = bus.stats.signals - before
@@ -171,10 +176,10 @@ class Command(BaseCommand):
                 last_housekeeping = time.monotonic()
                 try:
                     removed = bus.forget_idle_consumers()
-                except redis.RedisError:
+                except redis.RedisError as exc:
                     # Redis down at that moment (restarting): housekeeping waits for the next hour, the loop
                     # goes on (it ended the worker before).
-                    log.exception("forgetting idle consumers failed")
+                    housekeeping_failures.failed(exc, "trying again in an hour")
                     removed = 0
                 if removed:
                     self.stdout.write(f"removed {removed} idle consumer names")
