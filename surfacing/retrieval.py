@@ -52,7 +52,7 @@ from graph.store import Subgraph, graph_store
 from memories.algorithms.activation import BOOST_CO_RETRIEVED, BOOST_DIRECT, BOOST_SURFACED
 from memories.algorithms.entities import count_entities
 from memories.algorithms.fts import query_terms
-from memories.embeddings import embedder_for
+from memories.embeddings import embedder_for, query_vector_soon
 from memories.inputs import refuse_unstorable
 from memories.models import Memory, MemoryType, RetrievalSource, Workspace
 from memories.selectors import lexical_search
@@ -351,15 +351,18 @@ def _search_candidates(
     reaching ``semantic_min_similarity`` join as candidates. A lexical hit outside the nearest ones has
     dense relevance 0 (below the floor by definition), so no stored vector is read here.
     """
+    dense_wanted = semantic and cfg.semantic_pool > 0
+    embedder = embedder_for(workspace)
+    # The query vector is computed while the full-text search runs (memories.embeddings).
+    query_vector = query_vector_soon(embedder, query) if dense_wanted else None
     # Statuses are filtered by the row query below (skipping the full-text join is 2-3x cheaper), so a
     # little more than `limit` is asked for to make up for archived hits.
     hits = lexical_search(workspace=workspace, query=query, limit=limit + limit // 4 + 5, statuses=None)
     dense_of: dict[uuid.UUID, float] = {}
     admitted: list[uuid.UUID] = []
-    if semantic and cfg.semantic_pool > 0:
-        embedder = embedder_for(workspace)
+    if query_vector is not None:
         nearest = vector_search(
-            workspace=workspace, vector=embedder.embed([query])[0], model=embedder.name, limit=cfg.semantic_pool
+            workspace=workspace, vector=query_vector()[0], model=embedder.name, limit=cfg.semantic_pool
         )
         scaled = normalise_dense([cosine for _, cosine in nearest])
         dense_of = {mid: float(d) for (mid, _), d in zip(nearest, scaled.tolist(), strict=True)}
