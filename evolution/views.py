@@ -71,8 +71,10 @@ from evolution.typed_selectors import contradiction_clusters
 from history import audit
 from history.models import Action, EvolutionRecord
 from history.revert import revertible
+from memories import embedding_service
 from memories import selectors as memory_selectors
 from memories import services as memory_services
+from memories.embeddings import embedder_for
 from memories.forms import MemoryEditForm
 from memories.inputs import MAX_INT
 from memories.models import Memory, Status
@@ -737,6 +739,8 @@ def _runs_page(
         "background_jobs": [
             (label, job_rows.get(name)) for name, label in scheduler.JOB_LABELS.items() if name in job_rows
         ],
+        "vectors_waiting": embedding_service.pending_vectors(workspace=access.workspace).count(),
+        "embedder_name": embedder_for(access.workspace).name,
     }
     return render(request, RUNS, context, status=status)
 
