@@ -107,6 +107,7 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
         topic_of.append(t)
         kinds.append("working")
     started = time.perf_counter()
+    model_name = default_embedder().name
     blobs = rows_to_bytes(default_embedder().embed(contents))
     embed_seconds = time.perf_counter() - started
 
@@ -147,6 +148,10 @@ def build_workspace(n: int, seed: int, now: datetime) -> dict[str, Any]:
                     "activation_last_boost_at": accessed or created,
                     "activation_sort_key": activation_sort_key(0.5, accessed or created, 720.0),
                     "embedding": blobs[k],
+                    # Named and stamped as every write path stores a vector (else the embed job takes
+                    # the whole workspace for memories still waiting for one).
+                    "embedding_model": model_name,
+                    "embedded_at": created,
                     "metadata": metadata,
                 },
             )
@@ -558,6 +563,9 @@ def main() -> None:
     reuse = args.reuse and saved_copy and info_path.exists()
     if reuse:
         db.restore_copy(tag)  # SQLite: the copy is `pristine`
+    # The cycle's cost hardly depends on the embedding model (the interference pass compares stored vectors),
+    # while embedding 100k memories with the site's default (MiniLM) would add ~10 minutes to every build.
+    os.environ.setdefault("EMBEDDER", "hashing")
     django_setup("evolution.sqlite3", fresh=not reuse, database=args.database)
     from django.db import connection
 

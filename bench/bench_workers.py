@@ -457,6 +457,8 @@ def main() -> None:
         os.environ.pop(name, None)
 
     db, build = prepare_database(args)
+    # bench_evolution's workspace and its vectors are of the hashing model (see there).
+    os.environ.setdefault("EMBEDDER", "hashing")
     django_setup("workers.sqlite3", fresh=False, database=args.database)
     if build:
         build_evolution_workspace(args, db)

@@ -196,6 +196,10 @@ SESSION_PIN_TTL_SECONDS = config.env_int("SESSION_PIN_TTL_SECONDS", 24 * 3600, m
 # Who works queued evolution runs (evolution.jobs): "thread" (a worker thread in each web process, the
 # embedded default), "external" (only `manage.py run_workers`), "inline" (the caller: tests, scripts).
 EVOLUTION_WORKER = config.env_str("EVOLUTION_WORKER", "thread")
+# How much lower than the requests the threads that work runs and scheduled jobs are scheduled (Linux nice
+# increment of those threads, 0-19; 0 keeps theirs): on a machine with few cores a cycle then yields the CPU to
+# the web processes instead of sharing it with them.
+EVOLUTION_WORKER_NICE = config.env_int("EVOLUTION_WORKER_NICE", 10, minimum=0)
 # A run whose worker has not said it is alive for this long is taken over by another worker.
 EVOLUTION_RUN_LEASE_SECONDS = config.env_int("EVOLUTION_RUN_LEASE_SECONDS", 120, minimum=1)
 # The scheduled jobs every worker loop runs (evolution.scheduler): how often a worker looks for due ones, how

@@ -3,6 +3,8 @@ applied run per workspace at a time, and taken over from a dead worker without l
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -210,3 +212,23 @@ def test_a_schedule_outside_zero_to_a_year_of_hours_is_refused(
     response = api.patch("/api/v1/workspaces/acme/settings/", {"evolution": {"cycle_every_hours": bad}}, format="json")
     assert response.status_code == 400
     assert response.json()["field"] == "evolution.cycle_every_hours"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread has a nice value of its own on Linux")
+def test_the_worker_threads_give_way_to_requests_on_a_busy_cpu(settings: Any) -> None:
+    """A worker thread lowers its own priority only: the process's other threads (requests) keep theirs."""
+    settings.EVOLUTION_WORKER_NICE = 5
+    seen: dict[str, int] = {}
+
+    def worker() -> None:
+        before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        seen["applied"] = jobs.lower_priority()
+        seen["delta"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) - before
+
+    main_before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen["applied"] == seen["delta"] and 0 < seen["delta"] <= 5  # at most up to 19
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_before
+    assert jobs.lower_priority(0) == 0

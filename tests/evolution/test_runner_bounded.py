@@ -410,3 +410,19 @@ def test_while_an_evolver_writes_another_workspaces_requests_get_the_database_be
     (entry,) = outcome["run"].summary["evolvers"]
     assert entry["status"] == "ok" and entry["transactions"] == 8, entry
     assert entry["stats"]["decayed"] == 2000 and entry["records"] == 8
+
+
+@pytest.mark.parametrize("held_ms", [1, 3, 5, 12, 20, 37, 50, 80, 99, 100, 120, 150, 175, 200, 250, 400, 1000])
+def test_every_writer_that_waited_through_a_transaction_tries_again_within_the_pause_after_it(held_ms: int) -> None:
+    """SQLite's busy handler: whenever during the transaction a writer began waiting, one of its tries falls
+    in the pause that follows (so it gets the database before the run takes it back)."""
+    sleeps = [1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50] + [100] * 100
+    held = held_ms / 1000.0
+    pause = runner.pause_after(held)
+    for arrived_ms in range(0, held_ms + 1):
+        tries, at = [], float(arrived_ms)
+        for sleep in sleeps:
+            at += sleep
+            tries.append(at)
+        assert any(held_ms <= t <= held_ms + pause * 1000.0 for t in tries), (arrived_ms, pause)
+    assert pause <= max(0.005, held)  # never longer than the transaction (past the 5 ms floor)
