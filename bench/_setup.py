@@ -93,10 +93,13 @@ class BenchDatabase:
         self._admin_sql(f'DROP DATABASE IF EXISTS "{copy}"', f'CREATE DATABASE "{copy}" TEMPLATE "{self.name}"')
 
     def restore_copy(self, tag: str) -> None:
-        """Replace the database with the copy saved under ``tag`` (closes Django's connections first)."""
+        """Replace the database with the copy saved under ``tag`` (closes Django's connections first, when
+        Django is set up: a benchmark may restore before it sets Django up)."""
+        from django.conf import settings
         from django.db import connections
 
-        connections.close_all()
+        if settings.configured:
+            connections.close_all()
         if self.path is not None:
             for suffix in ("-wal", "-shm"):
                 Path(str(self.path) + suffix).unlink(missing_ok=True)
