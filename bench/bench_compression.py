@@ -71,6 +71,7 @@ def main() -> None:
 
     from evolution import services as evolution_services
     from memories import services
+    from memories.bulk import bulk_insert
     from memories.models import Memory
 
     rng = random.Random(19)
@@ -98,7 +99,7 @@ def main() -> None:
                 updated_at=made,
             )
         )
-    Memory.objects.bulk_create(rows, batch_size=1000)
+    bulk_insert(Memory, rows)
     report: dict[str, Any] = {"memories": args.memories, "stages": {"full": measure(workspace)}}
     runs = []
     for stage, activation, day in (("summary", 0.3, 1), ("skeleton", 0.1, 2), ("tombstone", 0.01, 3)):

@@ -16,6 +16,7 @@ from graph.writes import graph_mirror, graph_touch
 from history import audit
 from memories.algorithms.embedding import Embedder, FloatMatrix
 from memories.algorithms.sortkey import activation_sort_key
+from memories.bulk import bulk_insert
 from memories.embedding_service import memories_embed
 from memories.inputs import MAX_TAGS, origin_tier
 from memories.models import Edge, Memory, Workspace
@@ -75,7 +76,7 @@ def insert_derived(
     """
     if memories:
         memories_embed(workspace=workspace, memories=memories, vectors=vectors)
-        Memory.objects.bulk_create(list(memories), batch_size=500)
+        bulk_insert(Memory, list(memories))
     if not edges:
         return []
     graph_touch(workspace=workspace)  # before the insert: see graph.writes.graph_touch

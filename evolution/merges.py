@@ -32,6 +32,7 @@ from evolution.proposals import register_proposal_applier, reviewer_changed
 from evolution.selectors import EpochSeconds, IdText
 from history import audit
 from history.models import Action, EvolutionRecord
+from memories.bulk import write_rows
 from memories.inputs import MAX_TAGS
 from memories.models import Edge, EdgeType, Memory, Status, Workspace
 from memories.revert import decode_value
@@ -79,6 +80,9 @@ def pending_merge_members(*, workspace: Workspace) -> set[str]:
         workspace=workspace, kind=ProposalKind.MERGE, status=ProposalStatus.PENDING
     ).values_list("source_ids", flat=True)
     return {str(i) for ids in rows for i in ids or ()}
+
+
+SCORES = Memory.SCORE_FIELDS
 
 
 def merge_fields(*, workspace: Workspace, ids: Sequence[str]) -> dict[str, tuple[list[str], float, str]]:
@@ -170,23 +174,26 @@ def merge_apply(workspace: Workspace, proposal: Proposal, actor: User | None, no
         if memory.pinned:
             raise Conflict(f"memory {mid} was pinned since this merge was proposed", code="stale_proposal")
     _, planned = merge_plan(
-        keep, merge, {mid: (list(m.tags or []), float(m.retention_score)) for mid, m in rows.items()}
+        keep, merge, {mid: (list(m.tags or []), float(m.score.retention_score)) for mid, m in rows.items()}
     )
     before: dict[str, Any] = {}
     after: dict[str, Any] = {}
-    changed: dict[tuple[str, ...], list[Memory]] = {}
+    changed: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
     for mid, values in planned.items():
         memory = rows[mid]
-        # The exact current values (not the preview's) are what revert puts back.
-        was, now_values = audit.memory_changes(memory, {k: decode_value(k, v) for k, v in values.items()})
+        decoded = {k: decode_value(k, v) for k, v in values.items()}
+        # The exact current values (not the preview's) are what revert puts back; a score is the scores row's.
+        was, now_values = audit.memory_changes(memory, {k: v for k, v in decoded.items() if k not in SCORES})
+        scores_was, scores_now = audit.memory_changes(memory.score, {k: v for k, v in decoded.items() if k in SCORES})
+        was.update(scores_was)
+        now_values.update(scores_now)
         if not now_values:
             continue
         before[mid], after[mid] = was, now_values
-        for name in now_values:
-            setattr(memory, name, decode_value(name, values[name]))
-        changed.setdefault(tuple(sorted(now_values)), []).append(memory)
+        names = tuple(sorted(now_values))
+        changed.setdefault(names, []).append((*(decoded[n] for n in names), mid))
     for names, group in changed.items():
-        Memory.objects.bulk_update(group, list(names), batch_size=500)
+        write_rows(Memory, list(names), group)  # a score goes to the scores row
     existing = set(
         Edge.objects.filter(
             workspace=workspace, source_id=uuid.UUID(keep), target_id__in=merge, edge_type=EdgeType.SUPERSEDES

@@ -212,7 +212,7 @@ def _merge_preview(proposal: Proposal, rows: Mapping[uuid.UUID, Memory], urls: M
         elif m.pinned:
             preview.problems.append(f"Memory {mid} was pinned since: approving will be refused.")
         else:
-            fields[mid] = (list(m.tags or []), float(m.retention_score))
+            fields[mid] = (list(m.tags or []), float(m.score.retention_score))
     if preview.problems:
         return preview
     before, after = merges.merge_plan(keep, merge, fields)

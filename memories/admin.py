@@ -55,7 +55,7 @@ class MemoryAdmin(admin.ModelAdmin[Memory]):
         "activation_last_boost_at",
         "activation_boost_count",
         "activation_sort_key",
-        "retention_score",
+        "retention",
         "access_count",
         "last_accessed",
         "retrieval_profile",
@@ -77,6 +77,15 @@ class MemoryAdmin(admin.ModelAdmin[Memory]):
     @admin.display(description="content")
     def short_content(self, obj: Memory) -> str:
         return obj.content[:80]
+
+    # The scores the evolution cycle rewrites live in the memory's MemoryScore row.
+    @admin.display(description="retention score")
+    def retention(self, obj: Memory) -> float:
+        return float(obj.score.retention_score)
+
+    @admin.display(description="retrieval profile")
+    def retrieval_profile(self, obj: Memory) -> Any:
+        return obj.score.retrieval_profile
 
     # Deleting a memory deletes its edges (cascade).
     def delete_model(self, request: HttpRequest, obj: Memory) -> None:

@@ -62,8 +62,8 @@ def new_instance(model: type[M], values: dict[str, Any], related: dict[str, mode
 
     Model.__init__ runs a descriptor __set__ per field, which dominates building 100k rows; a new
     instance needs only its field values (defaults filled in here) and a fresh ModelState. Callable
-    defaults run only for fields missing from `values`. `related` pre-fills the FK cache. A name of
-    `values` that is a property of the model (Memory's scores) is set through it.
+    defaults run only for fields missing from `values`. `related` pre-fills the FK cache. For a Memory, the
+    names of its scores (`Memory.SCORE_FIELDS`) build the MemoryScore it is inserted with (`memory.score`).
     """
     spec = _defaults.get(model)
     if spec is None:
@@ -84,10 +84,11 @@ def new_instance(model: type[M], values: dict[str, Any], related: dict[str, mode
         obj._state.fields_cache.update(related)
     obj.__dict__.update(data)
     if properties:
-        for name in properties:
-            if not isinstance(getattr(model, name, None), property):
-                raise TypeError(f"{model.__name__} has no field or property {name!r}")
-            setattr(obj, name, values[name])
+        scores = {name: values[name] for name in properties if model is Memory and name in Memory.SCORE_FIELDS}
+        unknown = [name for name in properties if name not in scores]
+        if unknown:
+            raise TypeError(f"{model.__name__} has no field {unknown[0]!r}")
+        cast(Memory, obj).score = MemoryScore(**scores)
     return obj
 
 

@@ -193,7 +193,7 @@ def history_chart(
             recorded.append((record.timestamp, float(after["activation_score"])))
         if isinstance(after.get("retention_score"), int | float):
             ret.append((record.timestamp, float(after["retention_score"])))
-    ret.append((now, memory.retention_score))
+    ret.append((now, memory.score.retention_score))
     moments = [memory.created_at, *(t for t, _ in recorded + ret), *(e.created_at for e in retrievals)]
     start = min(min(moments), now - timedelta(hours=6))
     end = now + (now - start) * 0.4
@@ -221,7 +221,7 @@ def history_chart(
             (e.created_at, f"{e.source} #{e.rank} {e.created_at:%Y-%m-%d %H:%M} {e.query[:60]}") for e in retrievals
         ],
         description=(
-            f"Activation now {activation_now(memory, now):.2f}, retention {memory.retention_score:.2f}; "
+            f"Activation now {activation_now(memory, now):.2f}, retention {memory.score.retention_score:.2f}; "
             f"{len(retrievals)} retrievals since {start:%Y-%m-%d %H:%M}; the line after now is the projected "
             f"decay to {end:%Y-%m-%d %H:%M}."
         ),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -145,40 +144,12 @@ class Membership(models.Model):
 
 
 class MemoryQuerySet(models.QuerySet["Memory"]):
-    def bulk_create(self, objs: Iterable[Memory], *args: Any, **kwargs: Any) -> list[Memory]:
-        """Insert the memories, then their scores rows (ignore_conflicts/update_conflicts are refused:
-        a skipped memory would leave its scores row without knowing it)."""
-        if kwargs.get("ignore_conflicts") or kwargs.get("update_conflicts"):
-            raise ValueError("Memory.objects.bulk_create does not support conflict handling")
-        with transaction.atomic(using=self.db, savepoint=False):
-            created = super().bulk_create(objs, *args, **kwargs)
-            rows = [memory.score_for_insert() for memory in created]
-            MemoryScore.objects.bulk_create(rows, batch_size=kwargs.get("batch_size"))
-        return created
-
-    def update(self, **kwargs: Any) -> int:
-        """UPDATE the selected memories; score fields update their scores rows (first, while the filter
-        still selects what it selected)."""
-        scores = {name: kwargs.pop(name) for name in list(kwargs) if name in Memory.SCORE_FIELDS}
-        with transaction.atomic(using=self.db, savepoint=False):
-            updated = MemoryScore.objects.filter(memory__in=self.values("pk")).update(**scores) if scores else 0
-            return super().update(**kwargs) if kwargs else updated
-
-    def bulk_update(self, objs: Iterable[Memory], fields: Iterable[str], batch_size: int | None = None) -> int:
-        """Update `fields` of the memories; score fields go to their scores rows (read if not loaded)."""
-        objs = list(objs)
-        names = list(fields)
-        own = [n for n in names if n not in Memory.SCORE_FIELDS]
-        scores = [n for n in names if n in Memory.SCORE_FIELDS]
-        with transaction.atomic(using=self.db, savepoint=False):
-            updated = super().bulk_update(objs, own, batch_size=batch_size) if own else 0
-            if scores:
-                rows = [memory.score_row() for memory in objs]
-                updated = max(updated, MemoryScore.objects.bulk_update(rows, scores, batch_size=batch_size))
-        return updated
-
-
-MemoryManager = models.Manager.from_queryset(MemoryQuerySet)
+    def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> list[Memory]:
+        """Refused: Django's bulk insert would leave the memories without their scores rows."""
+        raise TypeError(
+            "Memory rows are inserted with their scores rows: use memories.bulk.bulk_insert(Memory, memories) "
+            "(or save() one at a time)"
+        )
 
 
 class Memory(models.Model):
@@ -241,9 +212,10 @@ class Memory(models.Model):
     valid_to = models.DateTimeField(null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
 
-    objects = MemoryManager()
+    objects = models.Manager.from_queryset(MemoryQuerySet)()
 
-    # Fields of MemoryScore that a memory reads and writes as its own (constructor keywords included).
+    # The fields of a memory's MemoryScore (`memory.score`). Records name them among the memory's fields
+    # (before/after), and the fast-write module (memories.bulk.write_rows) writes them to the scores rows.
     SCORE_FIELDS: ClassVar[frozenset[str]] = frozenset({"retention_score", "retrieval_profile"})
 
     class Meta:
@@ -267,24 +239,14 @@ class Memory(models.Model):
         return f"{self.memory_type}: {self.content[:60]}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """Save the memory and its scores row: inserted with a new memory, saved when loaded (or named in
-        update_fields) for an existing one."""
+        """Save the memory; a new one gets its scores row in the same transaction (the row it was given as
+        `memory.score`, else the defaults), so every memory has one. A scores row is saved on its own
+        (`memory.score.save()`) and updated through MemoryScore's manager."""
         adding = self._state.adding
-        update_fields = kwargs.get("update_fields")
         with transaction.atomic(using=kwargs.get("using"), savepoint=False):
-            if update_fields is not None:
-                names = set(update_fields)
-                scores = names & self.SCORE_FIELDS
-                if names - scores or not scores:
-                    super().save(*args, **{**kwargs, "update_fields": names - scores})
-                if scores:
-                    self.score_row().save(update_fields=sorted(scores))
-                return
             super().save(*args, **kwargs)
             if adding:
                 self.score_for_insert().save(force_insert=True)
-            elif self.score_loaded():
-                self.score.save()
 
     def get_absolute_url(self) -> str:
         return reverse("memories:detail", kwargs={"ws": self.workspace.slug, "memory_id": self.id})
@@ -296,17 +258,8 @@ class Memory(models.Model):
     # -- the scores row --------------------------------------------------------------------------
 
     def score_loaded(self) -> bool:
-        """True when this memory holds its MemoryScore (select_related("score"), a read or a new row)."""
+        """True when this memory holds its MemoryScore (select_related("score"), a read, or one given)."""
         return Memory.score.related.is_cached(self)
-
-    def score_row(self) -> MemoryScore:
-        """This memory's MemoryScore: the one it holds, a new one with the defaults for a memory not saved
-        yet, else read (one query; list queries select_related("score") instead)."""
-        if self.score_loaded() or not self._state.adding:
-            return self.score
-        row = MemoryScore(memory=self, workspace_id=self.workspace_id)
-        Memory.score.related.set_cached_value(self, row)
-        return row
 
     def score_for_insert(self) -> MemoryScore:
         """The scores row to insert with this memory: the one it was given, or the defaults."""
@@ -314,23 +267,6 @@ class Memory(models.Model):
         row.memory = self
         row.workspace_id = self.workspace_id
         return row
-
-    @property
-    def retention_score(self) -> float:
-        return self.score_row().retention_score
-
-    @retention_score.setter
-    def retention_score(self, value: float) -> None:
-        self.score_row().retention_score = value
-
-    @property
-    def retrieval_profile(self) -> dict[str, Any]:
-        profile: dict[str, Any] = self.score_row().retrieval_profile
-        return profile
-
-    @retrieval_profile.setter
-    def retrieval_profile(self, value: dict[str, Any]) -> None:
-        self.score_row().retrieval_profile = value
 
 
 class MemoryScore(models.Model):

@@ -514,7 +514,7 @@ ORDERINGS: dict[str, tuple[str, bool]] = {
     "-updated": ("updated_at", True),
     "activation": ("activation_sort_key", False),
     "-activation": ("activation_sort_key", True),
-    # In MemoryScore; a memory reads it as its retention_score property.
+    # In MemoryScore (`memory.score.retention_score`).
     "retention": ("score__retention_score", False),
     "-retention": ("score__retention_score", True),
     "accessed": ("last_accessed", False),
@@ -720,7 +720,8 @@ def memory_list(
     rows = rows[:limit]
 
     def cursor_of(memory: Memory) -> str:
-        return encode_cursor(ordering, getattr(memory, attribute), memory.id)
+        holder = memory.score if column != attribute else memory  # a score sorts from the scores row
+        return encode_cursor(ordering, getattr(holder, attribute), memory.id)
 
     if backward:
         rows.reverse()

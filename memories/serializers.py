@@ -44,7 +44,7 @@ def memory_json(memory: Memory, now: datetime, *, workspace: Workspace) -> dict[
             "half_life_hours": memory.activation_half_life_hours,
             "boost_count": memory.activation_boost_count,
         },
-        "retention_score": memory.retention_score,
+        "retention_score": memory.score.retention_score,
         "stability": memory.stability,
         "access_count": memory.access_count,
         "last_accessed": iso_z(memory.last_accessed),
@@ -60,7 +60,7 @@ def memory_json(memory: Memory, now: datetime, *, workspace: Workspace) -> dict[
         "summarizes": memory.summarizes,
         "summarized_by": str(memory.summarized_by) if memory.summarized_by else None,
         "superseded_by": str(memory.superseded_by) if memory.superseded_by else None,
-        "retrieval_profile": memory.retrieval_profile,
+        "retrieval_profile": memory.score.retrieval_profile,
         "metadata": memory.metadata,
     }
 

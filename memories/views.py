@@ -139,7 +139,7 @@ class RowBuilder:
         return Row(
             memory=memory,
             bar=fragments.bar(memory, activation_now(memory, self.now)),
-            retention=f"{memory.retention_score:.2f}",
+            retention=f"{memory.score.retention_score:.2f}",
             url=self._url("detail", memory.id),
             action_url=self._url("restore" if memory.status == "archived" else "archive", memory.id),
             excerpt=_truncate(memory.content, 180),

@@ -52,7 +52,12 @@ class EvolutionKit:
         values.update(fields)
         if values.get("embedding") is not None:
             values.setdefault("embedding_model", default_embedder().name)
-        return Memory.objects.create(id=uuid.uuid4(), workspace=ws or self.workspace, content=content, **values)
+        scores = {name: values.pop(name) for name in list(values) if name in Memory.SCORE_FIELDS}
+        memory = Memory(id=uuid.uuid4(), workspace=ws or self.workspace, content=content, **values)
+        if scores:
+            memory.score = MemoryScore(**scores)  # inserted with the memory (Memory.save)
+        memory.save(force_insert=True)
+        return memory
 
     def retrieve(
         self, memories: Sequence[Memory], *, source: str = "search", age_days: float = 0.5, ws: Workspace | None = None

@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from evolution.models import EvolutionRun
 from history.models import EvolutionRecord
+from memories.bulk import bulk_insert
 from memories.models import Memory, Role, Workspace
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
@@ -57,7 +58,7 @@ def test_post_run_defaults_to_a_dry_run_with_records(api: APIClient, kit: Any) -
     }
     assert record["input_ids"] == [str(m.id)]
     assert record["before"][str(m.id)] == {"retention_score": 1.0}
-    assert Memory.objects.get(id=m.id).retention_score == 1.0
+    assert Memory.objects.get(id=m.id).score.retention_score == 1.0
 
 
 def test_apply_needs_explicit_false_and_changes_memories(api: APIClient, kit: Any) -> None:
@@ -69,7 +70,7 @@ def test_apply_needs_explicit_false_and_changes_memories(api: APIClient, kit: An
         "EnhancedWorkingToEpisodic",
         "ExponentialDecay",
     ]
-    assert Memory.objects.get(id=m.id).retention_score < 1.0
+    assert Memory.objects.get(id=m.id).score.retention_score < 1.0
 
 
 def test_apply_alias_is_accepted_and_contradictions_refused(api: APIClient, kit: Any) -> None:
@@ -136,13 +137,14 @@ def test_editor_may_apply(kit: Any, member: Callable[[str], Any], client_for: Ca
 def test_get_run_pages_its_records(api: APIClient, kit: Any) -> None:
     from evolution.evolvers.base import RECORD_CHUNK
 
-    Memory.objects.bulk_create(
+    bulk_insert(
+        Memory,
         [
             Memory(
                 workspace=kit.workspace, content=f"e{k}", memory_type="episodic", created_at=kit.NOW - timedelta(days=3)
             )
             for k in range(2 * RECORD_CHUNK + 1)
-        ]
+        ],
     )
     run = evolve(kit, "ExponentialDecay")
     first = api.get(url("acme", "evolution", "runs", str(run.id)), {"limit": 2}).json()
@@ -171,7 +173,7 @@ def test_record_revert_endpoint(api: APIClient, kit: Any) -> None:
     assert body["reverted"]["reverted_at"] is not None
     assert body["reverted"]["reverted_by"] == body["revert_record"]["id"]
     assert body["revert_record"]["action"] == "revert"
-    assert Memory.objects.get(id=m.id).retention_score == 1.0
+    assert Memory.objects.get(id=m.id).score.retention_score == 1.0
     again = api.post(url("acme", "evolution", "records", str(record.pk), "revert"))
     assert again.status_code == 409
     assert again.json()["error"] == "already_reverted"
@@ -196,7 +198,7 @@ def test_run_revert_endpoint(api: APIClient, kit: Any) -> None:
     body = response.json()
     assert body["status"] == "reverted"
     assert sorted(body["reverted_records"]) == records
-    assert Memory.objects.get(id=m.id).retention_score == 1.0
+    assert Memory.objects.get(id=m.id).score.retention_score == 1.0
     assert api.post(url("acme", "evolution", "runs", str(run.id), "revert")).status_code == 409
 
 

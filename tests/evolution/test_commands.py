@@ -39,7 +39,7 @@ def test_evolve_defaults_to_a_dry_run_of_the_cycle_and_prints_each_evolver(kit: 
     for position, name in enumerate(cycle, start=1):
         assert f"[{position}/{len(cycle)}] {name}: ok" in out
     assert "(dry run: nothing changed)" in out
-    assert Memory.objects.get(id=m.id).retention_score == 1.0
+    assert Memory.objects.get(id=m.id).score.retention_score == 1.0
     assert EvolutionRun.objects.get().dry_run is True
 
 
@@ -48,7 +48,7 @@ def test_evolve_apply_with_named_evolvers(kit: Any) -> None:
     out = call("evolve", "--workspace", "acme", "--evolver", "ExponentialDecay", "--apply")
     assert "Applying 1 evolver(s)" in out
     assert "[1/1] ExponentialDecay: ok, 1 records" in out
-    assert Memory.objects.get(id=m.id).retention_score == pytest.approx(0.367879, abs=1e-4)
+    assert Memory.objects.get(id=m.id).score.retention_score == pytest.approx(0.367879, abs=1e-4)
 
 
 def test_evolve_rejects_unknown_workspace_evolver_and_both_modes(kit: Any) -> None:

@@ -82,10 +82,10 @@ def test_retention_is_lowered_to_the_forgetting_curve_with_a_record_and_never_ra
     under = kit.mem("episode under its curve", memory_type="episodic", age_days=30, retention_score=0.2)
     semantic = kit.mem("a semantic memory (not the decay evolver's type)", age_days=90)
     decay_sweep(workspace=kit.workspace, now=kit.NOW)
-    assert fresh(old).retention_score == pytest.approx(math.exp(-1.0), abs=1e-9)
-    assert fresh(accessed).retention_score == pytest.approx(math.exp(-1 / 30), abs=1e-9)
-    assert fresh(under).retention_score == 0.2
-    assert fresh(semantic).retention_score == 1.0
+    assert fresh(old).score.retention_score == pytest.approx(math.exp(-1.0), abs=1e-9)
+    assert fresh(accessed).score.retention_score == pytest.approx(math.exp(-1 / 30), abs=1e-9)
+    assert fresh(under).score.retention_score == 0.2
+    assert fresh(semantic).score.retention_score == 1.0
     (record,) = EvolutionRecord.objects.filter(evolver="DecaySweep")
     assert record.action == "decay" and record.run is None
     assert record.before[str(old.id)] == {"retention_score": 1.0}
@@ -97,7 +97,7 @@ def test_a_sweep_record_reverts_like_any_other(kit: EvolutionKit) -> None:
     decay_sweep(workspace=kit.workspace, now=kit.NOW)
     record = EvolutionRecord.objects.get(evolver="DecaySweep")
     memory_services.record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
-    assert fresh(m).retention_score == 0.9
+    assert fresh(m).score.retention_score == 0.9
 
 
 def test_the_decay_evolver_settings_choose_the_swept_types(kit: EvolutionKit, workspace: Any) -> None:
@@ -106,5 +106,5 @@ def test_the_decay_evolver_settings_choose_the_swept_types(kit: EvolutionKit, wo
     fact = kit.mem("a fact", memory_type="fact", age_days=10, stability=0.0)
     episode = kit.mem("an episode", memory_type="episodic", age_days=10)
     decay_sweep(workspace=workspace, now=kit.NOW)
-    assert fresh(fact).retention_score == pytest.approx(math.exp(-1.0), abs=1e-9)
-    assert fresh(episode).retention_score == 1.0
+    assert fresh(fact).score.retention_score == pytest.approx(math.exp(-1.0), abs=1e-9)
+    assert fresh(episode).score.retention_score == 1.0

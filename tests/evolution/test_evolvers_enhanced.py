@@ -33,11 +33,11 @@ def test_decay_matches_reference_values_and_archives_below_threshold(kit: Any) -
     month = kit.mem("30 days", memory_type="episodic", age_days=30)
     run = kit.run("ExponentialDecay")
     assert run.summary["evolvers"][0]["status"] == "ok"
-    assert fresh(kept).retention_score == pytest.approx(0.100259, abs=1e-6)
+    assert fresh(kept).score.retention_score == pytest.approx(0.100259, abs=1e-6)
     assert fresh(kept).status == "active"
-    assert fresh(gone).retention_score == pytest.approx(0.096972, abs=1e-6)
+    assert fresh(gone).score.retention_score == pytest.approx(0.096972, abs=1e-6)
     assert fresh(gone).status == "archived"
-    assert fresh(month).retention_score == pytest.approx(0.367879, abs=1e-6)
+    assert fresh(month).score.retention_score == pytest.approx(0.367879, abs=1e-6)
     archive = EvolutionRecord.objects.get(run=run, action="archive")
     assert archive.before[str(gone.id)] == {"retention_score": 1.0, "status": "active"}
     assert "< 0.1: archived" in archive.after["reasons"][str(gone.id)]
@@ -47,21 +47,21 @@ def test_decay_uses_event_time_when_never_accessed_and_ignores_other_types(kit: 
     event = kit.mem("event", memory_type="episodic", age_days=5, valid_from=kit.NOW - timedelta(days=30))
     fact = kit.mem("fact", memory_type="fact", age_days=300)
     kit.run("ExponentialDecay")
-    assert fresh(event).retention_score == pytest.approx(math.exp(-1), abs=1e-9)
-    assert fresh(fact).retention_score == 1.0
+    assert fresh(event).score.retention_score == pytest.approx(math.exp(-1), abs=1e-9)
+    assert fresh(fact).score.retention_score == 1.0
 
 
 def test_decay_never_archives_a_pinned_memory(kit: Any) -> None:
     pinned = kit.mem("pinned", memory_type="episodic", age_days=400, pinned=True)
     kit.run("ExponentialDecay")
     assert fresh(pinned).status == "active"
-    assert fresh(pinned).retention_score < 0.1
+    assert fresh(pinned).score.retention_score < 0.1
 
 
 def test_decay_reads_stability_per_memory(kit: Any) -> None:
     stable = kit.mem("stable", memory_type="episodic", age_days=60, stability=60.0)
     kit.run("ExponentialDecay")
-    assert fresh(stable).retention_score == pytest.approx(math.exp(-1), abs=1e-9)
+    assert fresh(stable).score.retention_score == pytest.approx(math.exp(-1), abs=1e-9)
 
 
 def test_iso_milliseconds_formats_as_datetime_does() -> None:
@@ -89,9 +89,9 @@ def test_interference_penalises_both_ends_of_a_similar_pair_once(kit: Any) -> No
     entry = run.summary["evolvers"][0]
     assert entry["status"] == "ok", entry
     assert entry["stats"]["pairs"] == 1
-    assert fresh(a).retention_score == pytest.approx(1.0 * (1 - 0.9 * 0.05), abs=1e-6)
-    assert fresh(b).retention_score == pytest.approx(0.8 * (1 - 0.9 * 0.05), abs=1e-6)
-    assert fresh(far).retention_score == 1.0
+    assert fresh(a).score.retention_score == pytest.approx(1.0 * (1 - 0.9 * 0.05), abs=1e-6)
+    assert fresh(b).score.retention_score == pytest.approx(0.8 * (1 - 0.9 * 0.05), abs=1e-6)
+    assert fresh(far).score.retention_score == 1.0
     assert "interference_checked" in fresh(far).metadata
 
 
@@ -100,16 +100,16 @@ def test_interference_is_incremental_only_new_memories_are_compared(kit: Any) ->
     a = kit.mem("a", embedding=a_vec)
     b = kit.mem("b", embedding=b_vec)
     kit.run("InterferenceBasedConsolidation")
-    after_first = fresh(a).retention_score
+    after_first = fresh(a).score.retention_score
     second = kit.run("InterferenceBasedConsolidation")
     assert second.summary["evolvers"][0]["stats"]["candidates"] == 0
-    assert fresh(a).retention_score == after_first
+    assert fresh(a).score.retention_score == after_first
     c = kit.mem("c", embedding=kit.unit(1.0, 0.01))
     third = kit.run("InterferenceBasedConsolidation")
     assert third.summary["evolvers"][0]["stats"]["candidates"] == 1
-    assert fresh(c).retention_score < 1.0
-    assert fresh(a).retention_score < after_first
-    assert fresh(b).retention_score <= 1.0
+    assert fresh(c).score.retention_score < 1.0
+    assert fresh(a).score.retention_score < after_first
+    assert fresh(b).score.retention_score <= 1.0
 
 
 def test_interference_below_threshold_leaves_scores(kit: Any) -> None:
@@ -117,7 +117,7 @@ def test_interference_below_threshold_leaves_scores(kit: Any) -> None:
     a = kit.mem("a", embedding=a_vec)
     kit.mem("b", embedding=b_vec)
     kit.run("InterferenceBasedConsolidation")
-    assert fresh(a).retention_score == 1.0
+    assert fresh(a).score.retention_score == 1.0
 
 
 def test_interference_rechecks_a_memory_whose_embedding_changed(kit: Any) -> None:
@@ -125,10 +125,10 @@ def test_interference_rechecks_a_memory_whose_embedding_changed(kit: Any) -> Non
     a = kit.mem("a", embedding=a_vec)
     b = kit.mem("b", embedding=kit.unit(0.0, 1.0))
     kit.run("InterferenceBasedConsolidation")
-    assert fresh(a).retention_score == 1.0
+    assert fresh(a).score.retention_score == 1.0
     Memory.objects.filter(id=b.id).update(embedding=b_vec)
     kit.run("InterferenceBasedConsolidation")
-    assert fresh(a).retention_score == pytest.approx(1 - 0.95 * 0.05, abs=1e-6)
+    assert fresh(a).score.retention_score == pytest.approx(1 - 0.95 * 0.05, abs=1e-6)
 
 
 # -- RetrievalBasedStrengthening ------------------------------------------------------------------
@@ -145,8 +145,8 @@ def test_strengthening_boost_follows_the_formula_and_stores_the_profile(kit: Any
     total, v7, v30 = 6, 4 / 7, 6 / 30
     avg_rank = 1.0
     expected = 0.5 + float(retrieval_boost(total, avg_rank, v7, v30))
-    assert fresh(m).retention_score == pytest.approx(expected, abs=1e-9)
-    profile = fresh(m).retrieval_profile
+    assert fresh(m).score.retention_score == pytest.approx(expected, abs=1e-9)
+    profile = fresh(m).score.retrieval_profile
     assert profile["total_count"] == 6
     assert profile["search_count"] == 5
     assert profile["avg_search_rank"] == pytest.approx(1.0)
@@ -160,13 +160,13 @@ def test_a_stored_profile_only_changes_when_its_counts_or_windows_do(kit: Any) -
     m = kit.mem("retrieved", retention_score=0.5, age_days=60)
     kit.retrieve([m], age_days=2)
     kit.run("RetrievalBasedStrengthening")
-    stored = fresh(m).retrieval_profile
+    stored = fresh(m).score.retrieval_profile
     later = kit.run("RetrievalBasedStrengthening", now=kit.NOW + timedelta(hours=3))
     assert later.summary["evolvers"][0]["stats"]["profiles"] == 0
-    assert fresh(m).retrieval_profile == stored
+    assert fresh(m).score.retrieval_profile == stored
     week = kit.run("RetrievalBasedStrengthening", now=kit.NOW + timedelta(days=6))
     assert week.summary["evolvers"][0]["stats"]["profiles"] == 1
-    assert fresh(m).retrieval_profile["velocity_7d"] == 0.0
+    assert fresh(m).score.retrieval_profile["velocity_7d"] == 0.0
     # Profiles are observations of the events, kept outside the records (evolution.retrieval_stats).
     assert all(set(r.after[str(m.id)]) == {"retention_score"} for r in EvolutionRecord.objects.filter(run=week))
 
@@ -179,15 +179,15 @@ def test_strengthening_reference_formula_values() -> None:
 def test_unretrieved_memory_decays_gently_and_reruns_do_not_compound(kit: Any) -> None:
     m = kit.mem("never retrieved", age_days=90)
     kit.run("RetrievalBasedStrengthening")
-    assert fresh(m).retention_score == pytest.approx(1 - 0.005 * 30, abs=1e-9)
+    assert fresh(m).score.retention_score == pytest.approx(1 - 0.005 * 30, abs=1e-9)
     kit.run("RetrievalBasedStrengthening", now=kit.NOW + timedelta(days=1))
-    assert fresh(m).retention_score == pytest.approx(0.85 * (1 - 0.005 * 1), abs=1e-9)
+    assert fresh(m).score.retention_score == pytest.approx(0.85 * (1 - 0.005 * 1), abs=1e-9)
 
 
 def test_young_unretrieved_memory_only_loses_its_own_age(kit: Any) -> None:
     m = kit.mem("two days old", age_days=2)
     kit.run("RetrievalBasedStrengthening")
-    assert fresh(m).retention_score == pytest.approx(1 - 0.005 * 2, abs=1e-9)
+    assert fresh(m).score.retention_score == pytest.approx(1 - 0.005 * 2, abs=1e-9)
 
 
 # -- HebbianCoRetrieval ---------------------------------------------------------------------------
@@ -205,8 +205,8 @@ def test_hebbian_reference_count_ten_boosts_both_ends(kit: Any) -> None:
     assert edge.co_retrieval_count == 10
     assert edge.first_co_retrieved_at == kit.NOW - timedelta(days=10)
     assert edge.last_co_retrieved_at == kit.NOW - timedelta(days=1)
-    assert fresh(a).retention_score == pytest.approx(0.64, abs=1e-6)
-    assert fresh(b).retention_score == pytest.approx(0.74, abs=1e-6)
+    assert fresh(a).score.retention_score == pytest.approx(0.64, abs=1e-6)
+    assert fresh(b).score.retention_score == pytest.approx(0.74, abs=1e-6)
 
 
 def test_hebbian_caps_at_one_and_ignores_counts_below_three(kit: Any) -> None:
@@ -219,8 +219,8 @@ def test_hebbian_caps_at_one_and_ignores_counts_below_three(kit: Any) -> None:
     for _ in range(2):
         kit.retrieve([c, d])
     kit.run("HebbianCoRetrieval")
-    assert fresh(a).retention_score == 1.0
-    assert fresh(c).retention_score == 0.5
+    assert fresh(a).score.retention_score == 1.0
+    assert fresh(c).score.retention_score == 0.5
     assert kit.co_edge(c, d).co_retrieval_count == 2
 
 
@@ -232,7 +232,7 @@ def test_hebbian_max_boost_setting(kit: Any, workspace: Workspace) -> None:
     for _ in range(10):
         kit.retrieve([a, b])
     kit.run("HebbianCoRetrieval")
-    assert fresh(a).retention_score == pytest.approx(0.6, abs=1e-6)
+    assert fresh(a).score.retention_score == pytest.approx(0.6, abs=1e-6)
 
 
 def test_hebbian_boosts_each_node_once_by_its_strongest_edge(kit: Any) -> None:
@@ -244,8 +244,8 @@ def test_hebbian_boosts_each_node_once_by_its_strongest_edge(kit: Any) -> None:
     for _ in range(8):
         kit.retrieve([hub, c])
     kit.run("HebbianCoRetrieval")
-    assert fresh(hub).retention_score == pytest.approx(0.64, abs=1e-6)
-    assert fresh(c).retention_score == pytest.approx(0.6, abs=1e-6)
+    assert fresh(hub).score.retention_score == pytest.approx(0.64, abs=1e-6)
+    assert fresh(c).score.retention_score == pytest.approx(0.6, abs=1e-6)
 
 
 def test_hebbian_counts_only_used_sources_and_each_event_once(kit: Any) -> None:

@@ -47,7 +47,7 @@ def test_approving_supersedes_the_others_and_the_kept_one_gets_all_tags_and_the_
     kept = fresh(keep)
     assert kept.status == Status.ACTIVE
     assert kept.tags == ["deploy", "ops", "friday"]
-    assert kept.retention_score == 0.9
+    assert kept.score.retention_score == 0.9
     record = approved.applied_record
     assert record is not None and record.evolver == "DuplicateMerger" and record.action == "supersede"
     assert record.actor_id == user.pk and record.output_ids == [str(keep.id)]

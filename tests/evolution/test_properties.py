@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from evolution import services
 from memories.algorithms.embedding import to_bytes
-from memories.models import Edge, EdgeType, Memory, RetrievalEvent, Workspace
+from memories.bulk import bulk_insert
+from memories.models import Edge, EdgeType, Memory, MemoryScore, RetrievalEvent, Workspace
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
@@ -67,23 +68,20 @@ def build(kit: Any, spec: dict[str, Any]) -> Workspace:
     for k, m in enumerate(spec["memories"]):
         created = kit.NOW - timedelta(days=m["age_days"], microseconds=k)
         vector = topics[m["topic"]] + rng.normal(scale=0.05, size=8)
-        memories.append(
-            Memory(
-                id=uuid.uuid4(),
-                workspace=ws,
-                memory_type=m["memory_type"],
-                content=" ".join(m["words"]) + f" #{k}",
-                retention_score=m["retention"],
-                pinned=m["pinned"],
-                created_at=created,
-                updated_at=created,
-                last_accessed=(kit.NOW - timedelta(days=m["accessed_days"]))
-                if m["accessed_days"] is not None
-                else None,
-                embedding=to_bytes(vector / np.linalg.norm(vector)) if m["embedded"] else None,
-                metadata=m["metadata"],
-            )
+        memory = Memory(
+            id=uuid.uuid4(),
+            workspace=ws,
+            memory_type=m["memory_type"],
+            content=" ".join(m["words"]) + f" #{k}",
+            pinned=m["pinned"],
+            created_at=created,
+            updated_at=created,
+            last_accessed=(kit.NOW - timedelta(days=m["accessed_days"])) if m["accessed_days"] is not None else None,
+            embedding=to_bytes(vector / np.linalg.norm(vector)) if m["embedded"] else None,
+            metadata=m["metadata"],
         )
+        memory.score = MemoryScore(retention_score=m["retention"])
+        memories.append(memory)
     for k in range(spec["working_burst"]):
         created = kit.NOW - timedelta(minutes=float(rng.uniform(0, 90)))
         words = " ".join(rng.choice(WORDS, size=4))
@@ -97,7 +95,7 @@ def build(kit: Any, spec: dict[str, Any]) -> Workspace:
                 tags=["burst"],
             )
         )
-    Memory.objects.bulk_create(memories)
+    bulk_insert(Memory, memories)  # the fast-write path: each memory with its scores row
     n = len(memories)
     events = []
     for members, source, age in spec["result_sets"]:

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
 
 def profile(m: Memory) -> dict[str, Any]:
-    return Memory.objects.select_related("score").get(id=m.id).retrieval_profile
+    return Memory.objects.select_related("score").get(id=m.id).score.retrieval_profile
 
 
 def test_a_refresh_stores_the_profiles_and_a_second_at_the_same_clock_writes_nothing(kit: EvolutionKit) -> None:

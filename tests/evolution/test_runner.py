@@ -76,7 +76,7 @@ def test_a_failing_evolver_is_recorded_and_the_cycle_goes_on(kit: Any, boom: Non
     assert run.summary["counts"] == {"records": decay["records"], "ok": 1, "failed": 1}
     episodic.refresh_from_db()
     assert episodic.content == "old episode"
-    assert episodic.retention_score == pytest.approx(0.367879, abs=1e-6)
+    assert episodic.score.retention_score == pytest.approx(0.367879, abs=1e-6)
     assert not EvolutionRecord.objects.filter(run=run, evolver="Boom").exists()
 
 

@@ -12,7 +12,7 @@ from evolution import selectors, services
 from evolution.models import RunStatus
 from history.models import EvolutionRecord
 from memories import services as memory_services
-from memories.models import Edge, Memory
+from memories.models import Edge, Memory, MemoryScore
 from memories.services import record_revert
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
@@ -38,7 +38,7 @@ def test_record_revert_restores_the_fields_and_writes_a_revert_record(kit: Any) 
     record = EvolutionRecord.objects.get(run=run)
     revert = record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
     m.refresh_from_db()
-    assert m.retention_score == 1.0
+    assert m.score.retention_score == 1.0
     record.refresh_from_db()
     assert record.reverted_at is not None
     assert record.reverted_by_id == revert.pk
@@ -72,7 +72,7 @@ def test_revert_is_refused_while_a_later_change_depends_on_it(kit: Any) -> None:
     record_revert(workspace=kit.workspace, record_id=later.pk, actor=kit.user)
     record_revert(workspace=kit.workspace, record_id=first.pk, actor=kit.user)
     m.refresh_from_db()
-    assert m.retention_score == 1.0
+    assert m.score.retention_score == 1.0
 
 
 def test_a_user_edit_after_an_evolver_blocks_its_revert(kit: Any) -> None:
@@ -127,7 +127,7 @@ def test_run_revert_is_all_or_nothing(kit: Any) -> None:
     episode = Memory.objects.get(memory_type="episodic", origin__startswith="evolver:")
     # A change nobody recorded to a memory the first evolver created: the oldest record can no longer
     # be undone, so nothing may be.
-    Memory.objects.filter(id=episode.id).update(retention_score=0.123)
+    MemoryScore.objects.filter(memory=episode).update(retention_score=0.123)
     Memory.objects.filter(id=episode.id).update(content="edited by hand")
     EvolutionRecord.objects.create(
         workspace=kit.workspace,
@@ -160,7 +160,7 @@ def test_a_field_revert_can_itself_be_reverted(kit: Any) -> None:
     revert = record_revert(workspace=kit.workspace, record_id=record.pk, actor=kit.user)
     record_revert(workspace=kit.workspace, record_id=revert.pk, actor=kit.user)
     m.refresh_from_db()
-    assert m.retention_score == pytest.approx(0.367879, abs=1e-6)
+    assert m.score.retention_score == pytest.approx(0.367879, abs=1e-6)
 
 
 def test_a_revert_that_deleted_rows_cannot_be_redone(kit: Any) -> None:
@@ -190,13 +190,15 @@ def test_history_lists_records_newest_first_with_reverts(kit: Any) -> None:
 
 def test_records_of_a_big_evolver_are_chunked_and_each_memory_keeps_its_reason(kit: Any) -> None:
     from evolution.evolvers.base import RECORD_CHUNK
+    from memories.bulk import bulk_insert
     from memories.models import Memory as M
 
-    M.objects.bulk_create(
+    bulk_insert(
+        M,
         [
             M(workspace=kit.workspace, content=f"e{k}", memory_type="episodic", created_at=kit.NOW - timedelta(days=5))
             for k in range(RECORD_CHUNK + 20)
-        ]
+        ],
     )
     run = kit.run("ExponentialDecay")
     records = list(EvolutionRecord.objects.filter(run=run).order_by("id"))

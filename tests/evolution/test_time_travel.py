@@ -83,7 +83,7 @@ def test_a_workspace_aged_100_days_by_its_scheduled_jobs_alone(kit: EvolutionKit
     # Written by a person: never compressed.
     assert b.compression_tier == CompressionTier.FULL and b.content == "Dana prefers short answers."
     # The unused episode's retention followed the forgetting curve until the cycle archived it.
-    assert e.status == Status.ARCHIVED and e.retention_score < 0.1
+    assert e.status == Status.ARCHIVED and e.score.retention_score < 0.1
     archived = EvolutionRecord.objects.get(evolver="ExponentialDecay", action="archive", links__memory_id=e.id)
     assert archived.run is not None and archived.run.scheduled
     assert EvolutionRecord.objects.filter(evolver="DecaySweep", links__memory_id=e.id).exists()
@@ -91,7 +91,7 @@ def test_a_workspace_aged_100_days_by_its_scheduled_jobs_alone(kit: EvolutionKit
     assert r.tier == Tier.HOT and r.compression_tier == CompressionTier.FULL and r.activation_score > 0.9
     # Its profile and its co-retrieval count say exactly what its 50 searches did (each counted once,
     # whether the retrieval job or a cycle got to them first).
-    profile = r.retrieval_profile
+    profile = r.score.retrieval_profile
     assert profile["total_count"] == profile["search_count"] == len(searches) == 50
     assert profile["velocity_7d"] == pytest.approx(sum(1 for t in searches if t > end - timedelta(days=7)) / 7)
     # (SQLite's julianday keeps about a millisecond of the time.)

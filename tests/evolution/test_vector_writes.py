@@ -69,7 +69,7 @@ def test_interference_compares_only_vectors_of_the_workspace_model(kit: Any) -> 
     b = kit.mem("b", embedding=b_vec, embedding_model="hashing:4")
     run = kit.run("InterferenceBasedConsolidation")
     assert run.summary["evolvers"][0]["stats"]["pairs"] == 0
-    assert fresh(a).retention_score == 1.0 and fresh(b).retention_score == 1.0
+    assert fresh(a).score.retention_score == 1.0 and fresh(b).score.retention_score == 1.0
 
 
 def test_the_goal_resolver_embeds_anew_a_memory_whose_vector_is_of_another_model(kit: Any) -> None:

@@ -71,11 +71,12 @@ def test_the_runs_page_lists_the_background_jobs_once_they_ran(browser: Client, 
 def test_the_runs_page_says_how_many_memories_wait_for_their_vector_and_what_the_job_did(
     browser: Client, workspace: Workspace
 ) -> None:
+    from memories.bulk import bulk_insert
     from memories.embedding_service import embed_pending
     from memories.models import Memory
 
     make = [Memory(workspace=workspace, content=f"imported memory {k}", origin="import:test") for k in range(3)]
-    Memory.objects.bulk_create(make)  # stored without a vector, as a large import with a slow model is
+    bulk_insert(Memory, make)  # stored without a vector, as a large import with a slow model is
     html = page(browser)
     assert 'id="vectors-waiting"' in html and "Waiting for a hashing:256 vector: 3 memories." in html
     embed_pending(workspace=workspace)

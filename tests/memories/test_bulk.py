@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from memories import bulk, services
 from memories.bulk import bulk_insert, new_instance, write_rows
 from memories.inputs import MemoryInput
-from memories.models import Edge, EdgeType, Memory, MemoryType, Status, Tier, Workspace
+from memories.models import Edge, EdgeType, Memory, MemoryScore, MemoryType, Status, Tier, Workspace
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
@@ -114,6 +114,14 @@ def stored(pk: uuid.UUID) -> tuple[dict[str, Any], tuple[Any, ...]]:
     return values, tuple(bytes(v) if isinstance(v, memoryview) else v for v in raw)
 
 
+def saved_memory(workspace: Workspace, values: dict[str, Any]) -> Memory:
+    """A memory saved by the ORM: its own fields, and its scores row given as `memory.score`."""
+    memory = Memory(workspace_id=workspace.pk, **{k: v for k, v in values.items() if k not in Memory.SCORE_FIELDS})
+    memory.score = MemoryScore(**{k: v for k, v in values.items() if k in Memory.SCORE_FIELDS})
+    memory.save()
+    return memory
+
+
 @SETTINGS
 @given(values=memory_values)
 def test_a_memory_inserted_by_the_fast_path_reads_back_as_a_saved_one(
@@ -121,8 +129,7 @@ def test_a_memory_inserted_by_the_fast_path_reads_back_as_a_saved_one(
 ) -> None:
     fast = new_instance(Memory, {"workspace_id": workspace.pk, **values})
     bulk_insert(Memory, [fast])
-    saved = Memory(workspace_id=workspace.pk, **values)
-    saved.save()
+    saved = saved_memory(workspace, values)
     assert stored(fast.pk) == stored(saved.pk)
 
 
@@ -138,14 +145,13 @@ def test_a_memory_updated_by_write_rows_reads_back_as_one_saved_with_update_fiel
 ) -> None:
     # On SQLite a write of one row goes by rowid too when the threshold is 1.
     monkeypatch.setattr(bulk, "ROWID_ORDER_MIN", 1 if in_rowid_order else ROWID_ORDER_MIN)
-    fast, saved = (Memory(workspace_id=workspace.pk, **start) for _ in range(2))
-    fast.save()
-    saved.save()
+    fast, saved = (saved_memory(workspace, start) for _ in range(2))
     key = [str(fast.pk), fast.pk, str(fast.pk).upper()][key_form]
     assert write_rows(Memory, UPDATED, [(*(changes[name] for name in UPDATED), key)]) == 1
     for name, value in changes.items():
-        setattr(saved, name, value)
-    saved.save(update_fields=UPDATED)
+        setattr(saved.score if name in Memory.SCORE_FIELDS else saved, name, value)
+    saved.save(update_fields=[n for n in UPDATED if n not in Memory.SCORE_FIELDS])
+    saved.score.save(update_fields=[n for n in UPDATED if n in Memory.SCORE_FIELDS])
     assert stored(fast.pk) == stored(saved.pk)
 
 
@@ -158,7 +164,7 @@ def test_write_rows_stores_what_a_model_save_would(workspace: Workspace) -> None
         == 1
     )
     m.refresh_from_db()
-    assert m.retention_score == 0.123456789
+    assert m.score.retention_score == 0.123456789
     assert m.metadata == metadata
     assert m.last_accessed == when
 
@@ -167,14 +173,15 @@ def test_writes_convert_by_column_across_batches_whatever_form_the_ids_take(
     workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(bulk, "WRITE_BATCH", 2)
-    memories = Memory.objects.bulk_create(Memory(workspace=workspace, content=f"m{k}") for k in range(5))
+    memories = [Memory(workspace=workspace, content=f"m{k}") for k in range(5)]
+    bulk_insert(Memory, memories)
     forms = [str(memories[0].id), memories[1].id, str(memories[2].id).upper(), memories[3].id.hex, str(memories[4].id)]
     rows = [(k / 10, {"k": k}, form) for k, form in enumerate(forms)]
     assert write_rows(Memory, ["retention_score", "metadata"], rows) == 5
     # A scores-only write, keys in every form, sorted as stored.
     scores = [(0.5 + k / 10, form) for k, form in enumerate(reversed(forms))]
     assert write_rows(Memory, ["retention_score"], scores) == 5
-    got = {m.id: (m.retention_score, m.metadata) for m in Memory.objects.select_related("score")}
+    got = {m.id: (m.score.retention_score, m.metadata) for m in Memory.objects.select_related("score")}
     assert [got[m.id] for m in memories] == [(0.5 + (4 - k) / 10, {"k": k}) for k in range(5)]
     with pytest.raises(ValueError):
         write_rows(Memory, ["metadata"], [({}, str(memories[0].id)), ({}, str(memories[1].id), "extra")])
@@ -184,7 +191,8 @@ def test_a_large_write_in_table_order_changes_exactly_the_rows_it_names(
     workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(bulk, "ROWID_ORDER_MIN", 2)
-    memories = Memory.objects.bulk_create(Memory(workspace=workspace, content=f"m{k}") for k in range(6))
+    memories = [Memory(workspace=workspace, content=f"m{k}") for k in range(6)]
+    bulk_insert(Memory, memories)
     a, b = Edge.objects.bulk_create(
         Edge(workspace=workspace, source=memories[k], target=memories[k + 1], edge_type=EdgeType.CO_RETRIEVED)
         for k in range(2)

@@ -11,7 +11,7 @@ import pytest
 from django.template.loader import render_to_string
 
 from memories import fragments
-from memories.models import Memory
+from memories.models import Memory, MemoryScore
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 HOSTILE = '<script>alert("x")</script>'
@@ -25,19 +25,20 @@ def memory(**fields: object) -> Memory:
         "origin": "api:test",
         "status": "active",
         "tier": "warm",
-        "retention_score": 0.456,
         "activation_boost_count": 3,
         "created_at": T0,
     }
     values.update(fields)
-    return Memory(**values)
+    memory = Memory(**values)
+    memory.score = MemoryScore(retention_score=0.456)
+    return memory
 
 
 def row(m: Memory, *, accessed: bool = False) -> fragments.Row:
     return fragments.Row(
         memory=m,
         bar=fragments.bar(m, 0.61234),
-        retention=f"{m.retention_score:.2f}",
+        retention=f"{m.score.retention_score:.2f}",
         url=f"/w/acme/memories/{m.id}/",
         action_url=f"/w/acme/memories/{m.id}/{'restore' if m.status == 'archived' else 'archive'}/",
         excerpt=m.content,

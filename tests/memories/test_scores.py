@@ -1,4 +1,4 @@
-"""MemoryScore: every memory has exactly one scores row, written and read through the memory's own API."""
+"""MemoryScore: every memory has exactly one scores row, read and written explicitly as `memory.score`."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.core.exceptions import FieldDoesNotExist
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from memories import selectors, services
 from memories.bulk import bulk_insert, new_instance
 from memories.inputs import MemoryInput
-from memories.models import Memory, MemoryScore, Status, Workspace
+from memories.models import Memory, MemoryScore, Workspace
 from memories.selectors import MemoryFilters
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
@@ -29,19 +30,29 @@ def scores() -> dict[uuid.UUID, tuple[int, float, dict[str, Any]]]:
     }
 
 
+def with_score(memory: Memory, **values: Any) -> Memory:
+    memory.score = MemoryScore(**values)
+    return memory
+
+
 def test_every_way_of_creating_a_memory_gives_it_one_scores_row(workspace: Workspace, user: Any) -> None:
+    bulk = [
+        Memory(workspace=workspace, content="bulk"),
+        with_score(Memory(workspace=workspace, content="b"), retention_score=0.5),
+    ]
+    bulk_insert(Memory, bulk)
+    given = with_score(Memory(workspace=workspace, content="given"), retention_score=0.25, retrieval_profile={"n": 1})
+    given.save()
     created = [
         Memory.objects.create(workspace=workspace, content="create"),
-        Memory.objects.create(workspace=workspace, content="given", retention_score=0.25, retrieval_profile={"n": 1}),
+        given,
         services.memory_create(workspace=workspace, actor=user, item=MemoryInput(content="service")),
         *services.memories_create(
             workspace=workspace, actor=user, items=[MemoryInput(content=f"batch {k}") for k in range(3)]
         ),
-        *Memory.objects.bulk_create(
-            [Memory(workspace=workspace, content="bulk"), Memory(workspace=workspace, content="b", retention_score=0.5)]
-        ),
+        *bulk,
     ]
-    saved = Memory(workspace=workspace, content="saved", retention_score=0.75)
+    saved = with_score(Memory(workspace=workspace, content="saved"), retention_score=0.75)
     saved.save()
     created.append(saved)
     rows = scores()
@@ -61,54 +72,41 @@ def test_the_fast_bulk_path_keeps_scores_given_to_new_instances(workspace: Works
     bulk_insert(Memory, memories)
     rows = scores()
     assert [rows[m.id][1] for m in memories] == [0.125, 1.0]
-    with pytest.raises(TypeError, match="no field or property 'retention'"):
+    with pytest.raises(TypeError, match="no field 'retention'"):
         new_instance(Memory, {"workspace_id": workspace.pk, "content": "typo", "retention": 0.5})
 
 
-def test_a_memory_reads_and_saves_its_scores_as_its_own_fields(make_memory: Callable[..., Memory]) -> None:
+def test_a_memory_has_no_score_attributes_of_its_own_the_scores_row_is_read_and_saved_explicitly(
+    make_memory: Callable[..., Memory], django_assert_num_queries: Any
+) -> None:
     memory = make_memory("original")
     fresh = Memory.objects.get(id=memory.id)
+    assert not hasattr(Memory, "retention_score") and not hasattr(Memory, "retrieval_profile")
+    with django_assert_num_queries(1):  # `memory.score` is the reverse one-to-one: one read, then cached
+        assert fresh.score.retention_score == 1.0
+        assert fresh.score.retrieval_profile == {}
+    fresh.score.retention_score = 0.3
+    fresh.score.retrieval_profile = {"total": 2}
     fresh.content = "not saved"
-    fresh.retention_score = 0.4
-    fresh.save(update_fields=["retention_score"])
-    again = Memory.objects.get(id=memory.id)
-    assert (again.content, again.retention_score) == ("original", 0.4)
-    again.retention_score = 0.9
-    again.content = "saved"
-    again.save(update_fields=["content"])
-    again.refresh_from_db()
-    assert (again.content, again.retention_score) == ("saved", 0.4)
-    again.retention_score = 0.3
-    again.retrieval_profile = {"total": 2}
-    again.save()
-    assert Memory.objects.select_related("score").get(id=memory.id).retrieval_profile == {"total": 2}
-    assert MemoryScore.objects.get(memory=memory).retention_score == 0.3
+    fresh.score.save()
+    loaded = Memory.objects.select_related("score").get(id=memory.id)
+    with django_assert_num_queries(0):
+        assert (loaded.content, loaded.score.retention_score, loaded.score.retrieval_profile) == (
+            "original",
+            0.3,
+            {"total": 2},
+        )
+    with pytest.raises(FieldDoesNotExist):  # a score is not a field of the memory
+        Memory.objects.filter(id=memory.id).update(retention_score=0.1)
 
 
-def test_queryset_update_writes_scores_of_the_rows_the_filter_selected(make_memory: Callable[..., Memory]) -> None:
-    a, b = make_memory("a"), make_memory("b")
-    # The memory UPDATE changes the filtered column: the scores must follow the rows selected before it.
-    assert Memory.objects.filter(id=a.id, status=Status.ACTIVE).update(status=Status.ARCHIVED, retention_score=0.1) == 1
-    assert Memory.objects.filter(id=b.id).update(retention_score=0.2) == 1
-    assert {m.id: (m.status, m.retention_score) for m in Memory.objects.select_related("score")} == {
-        a.id: (Status.ARCHIVED, 0.1),
-        b.id: (Status.ACTIVE, 0.2),
-    }
-
-
-def test_bulk_update_splits_memory_and_score_fields(make_memory: Callable[..., Memory]) -> None:
-    memories = list(Memory.objects.filter(id__in=[make_memory("a").id, make_memory("b").id]))
-    for k, memory in enumerate(memories):
-        memory.tags = [f"t{k}"]
-        memory.retention_score = k / 10
-    Memory.objects.bulk_update(memories, ["tags", "retention_score"])
-    stored = {m.id: (m.tags, m.retention_score) for m in Memory.objects.select_related("score")}
-    assert stored == {m.id: ([f"t{k}"], k / 10) for k, m in enumerate(memories)}
+def test_django_s_bulk_create_is_refused_for_memories(workspace: Workspace) -> None:
+    with pytest.raises(TypeError, match="bulk_insert"):
+        Memory.objects.bulk_create([Memory(workspace=workspace, content="x")])
+    assert not Memory.objects.exists() and not MemoryScore.objects.exists()
 
 
 def test_bulk_writes_refuse_to_skip_conflicting_memories(workspace: Workspace) -> None:
-    with pytest.raises(ValueError, match="conflict handling"):
-        Memory.objects.bulk_create([Memory(workspace=workspace, content="x")], ignore_conflicts=True)
     with pytest.raises(ValueError, match="does not skip conflicts"):
         bulk_insert(Memory, [Memory(workspace=workspace, content="x")], ignore_conflicts=True)
     assert not Memory.objects.exists() and not MemoryScore.objects.exists()
@@ -128,15 +126,15 @@ def test_deleting_memories_deletes_their_scores(
 def test_sorting_by_retention_pages_every_memory_once(workspace: Workspace, other_workspace: Workspace) -> None:
     values = [0.5, 0.1, 0.9, 0.5, 0.3]
     for k, value in enumerate(values):
-        Memory.objects.create(workspace=workspace, content=f"m{k}", retention_score=value)
-    Memory.objects.create(workspace=other_workspace, content="elsewhere", retention_score=0.2)
+        with_score(Memory(workspace=workspace, content=f"m{k}"), retention_score=value).save()
+    with_score(Memory(workspace=other_workspace, content="elsewhere"), retention_score=0.2).save()
     seen: list[float] = []
     cursor = None
     while True:
         page = selectors.memory_list(
             workspace=workspace, filters=MemoryFilters(), ordering="retention", cursor=cursor, limit=2
         )
-        seen.extend(m.retention_score for m in page.results)
+        seen.extend(m.score.retention_score for m in page.results)
         if page.next_cursor is None:
             break
         cursor = page.next_cursor
@@ -152,7 +150,7 @@ def test_sorting_by_retention_walks_the_score_index(workspace: Workspace, orderi
         return execute(sql, params, many, context)
 
     for k in range(3):
-        Memory.objects.create(workspace=workspace, content=f"m{k}", retention_score=k / 4)
+        with_score(Memory(workspace=workspace, content=f"m{k}"), retention_score=k / 4).save()
     with connection.execute_wrapper(keep):
         first = selectors.memory_list(workspace=workspace, filters=MemoryFilters(), ordering=ordering, limit=1)
         selectors.memory_list(
@@ -176,7 +174,8 @@ def test_sorting_by_retention_walks_the_score_index(workspace: Workspace, orderi
 
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_moves_scores_out_and_back_without_losing_them(workspace: Workspace) -> None:
-    a = Memory.objects.create(workspace=workspace, content="a", retention_score=0.25, retrieval_profile={"n": 3})
+    a = with_score(Memory(workspace=workspace, content="a"), retention_score=0.25, retrieval_profile={"n": 3})
+    a.save()
     b = Memory.objects.create(workspace=workspace, content="b")
     executor = MigrationExecutor(connection)
     latest = executor.loader.graph.leaf_nodes()

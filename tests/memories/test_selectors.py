@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from core.errors import Forbidden, InvalidInput, NotFound
 from memories import selectors, services
 from memories.inputs import MemoryInput
-from memories.models import CompressionTier, Edge, EdgeType, Memory, Role, Status, Workspace
+from memories.models import CompressionTier, Edge, EdgeType, Memory, MemoryScore, Role, Status, Workspace
 from memories.selectors import MemoryFilters
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
@@ -182,8 +182,8 @@ def spread(workspace: Workspace, user: Any) -> list[Memory]:
         items=[MemoryInput(content=f"spread {i}", created_at=T0 + timedelta(hours=i)) for i in range(7)],
     )
     for i, memory in enumerate(memories):
+        MemoryScore.objects.filter(memory=memory).update(retention_score=[0.5, 0.1, 0.9, 0.5, 0.3, 0.5, 0.7][i])
         Memory.objects.filter(id=memory.id).update(
-            retention_score=[0.5, 0.1, 0.9, 0.5, 0.3, 0.5, 0.7][i],
             activation_sort_key=[3.0, 1.0, 2.0, 2.0, 5.0, 4.0, 0.0][i],
             updated_at=T0 + timedelta(days=1, minutes=[5, 1, 3, 2, 7, 6, 4][i]),
             last_accessed=None if i % 3 == 0 else T0 + timedelta(days=2, hours=7 - i),

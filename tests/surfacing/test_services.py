@@ -19,7 +19,7 @@ from memories.algorithms.activation import decayed_activation
 from memories.demo import demo_load
 from memories.embedding_service import embed_pending
 from memories.inputs import SessionInput, TurnInput
-from memories.models import Memory, RetrievalEvent, Status, Workspace
+from memories.models import Memory, MemoryScore, RetrievalEvent, Status, Workspace
 from memories.signalbus import LocalSignalBus
 from surfacing import retrieval, services
 from surfacing.pins import pin_store
@@ -580,9 +580,8 @@ def test_a_ppr_work_cap_keeps_the_estimate_and_says_so(workspace: Workspace, mak
 def test_declined_memory_held_down_by_interference_says_so(workspace: Workspace, make_memory: Make) -> None:
     make_memory("vault token rotation schedule")
     weak = make_memory("vault token rotation schedule (copy)")
-    Memory.objects.filter(id=weak.id).update(
-        activation_score=0.001, retention_score=0.93, metadata={"interference": {"partners": 1}}
-    )
+    Memory.objects.filter(id=weak.id).update(activation_score=0.001, metadata={"interference": {"partners": 1}})
+    MemoryScore.objects.filter(memory=weak).update(retention_score=0.93)
     ctx = retrieval.get_working_context(
         workspace, "s", "vault token rotation", k=1, mode="legacy", record=False, explain=True
     )

@@ -34,6 +34,7 @@ from history import audit
 from history.models import Action, EvolutionRecord
 from memories.algorithms.embedding import Embedder, FloatMatrix
 from memories.algorithms.sortkey import activation_sort_key
+from memories.bulk import bulk_insert
 from memories.embedding_service import memories_embed, memories_vectors
 from memories.inputs import MAX_CONTENT_CHARS, MAX_TAGS, origin_tier
 from memories.models import Edge, EdgeType, Memory, MemoryType, Status, Workspace
@@ -314,7 +315,7 @@ class _Unit:
         if episodes:
             assert vectors is not None, "a unit with episodes has their vectors"
             memories_embed(workspace=self.workspace, memories=episodes, vectors=(vectors[0], vectors[1][kept_rows]))
-            Memory.objects.bulk_create(episodes, batch_size=500)
+            bulk_insert(Memory, episodes)
             graph_touch(workspace=self.workspace)  # before the insert: see graph.writes.graph_touch
             created = Edge.objects.bulk_create(
                 [
