@@ -19,6 +19,11 @@ class EvolutionConfig(AppConfig):
         from memories.services import register_ingest_stage
 
         register_ingest_stage(evolve_stage)
+        # A bulk write that left its vectors to the embed job wakes this process's worker to embed them.
+        from evolution.jobs import embed_job_wanted
+        from memories.embedding_service import add_deferred_listener
+
+        add_deferred_listener(embed_job_wanted)
 
         # The engine registers what approving and rejecting a strategy proposal does; evolution.merges and
         # evolution.dream_proposals what approving a merge, a reflection or a promotion does; evolution.forgetting

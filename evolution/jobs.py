@@ -328,6 +328,8 @@ class Ticks(Protocol):
 
     def maybe_tick(self) -> object: ...
 
+    def tick_soon(self) -> None: ...
+
 
 def worker_loop(
     *,
@@ -419,6 +421,7 @@ class _ThreadWorker:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._scheduler: Ticks | None = None
 
     def start(self) -> None:
         """Start the thread if it is not running (a web process starts it so that schedules run)."""
@@ -441,23 +444,39 @@ class _ThreadWorker:
                 self._thread.start()
         self._wake.set()
 
+    def jobs_waiting(self) -> None:
+        """New work for the scheduled jobs (memories waiting for vectors): tick at once, if the thread runs."""
+        with self._lock:
+            running = self._thread is not None and self._thread.is_alive() and self._scheduler is not None
+            if running and self._scheduler is not None:
+                self._scheduler.tick_soon()
+        if running:
+            self._wake.set()
+
     def _idle(self, seconds: float) -> None:
         self._wake.wait(seconds)
         self._wake.clear()
 
     def _run(self) -> None:
         name = worker_name()
+        self._scheduler = new_scheduler(name)
         worker_loop(
             stop=self._stop,
             name=name,
             idle=self._idle,
-            scheduler=new_scheduler(name),
+            scheduler=self._scheduler,
             # Switched off since it started (settings changed under a running process).
             active=lambda: worker_mode() == "thread",
         )
 
 
 _thread_worker = _ThreadWorker()
+
+
+def embed_job_wanted() -> None:
+    """A write left vectors to the embed job: the embedded worker (if this process runs one) ticks now
+    rather than at its next SCHEDULER_CHECK_SECONDS."""
+    _thread_worker.jobs_waiting()
 
 
 def start_thread_worker() -> bool:

@@ -248,6 +248,10 @@ class Scheduler:
         self._failures = RetryLog(log, f"the scheduler of {self.worker}")
         self._job_failures = RetryLog(log, "a scheduled job")
 
+    def tick_soon(self) -> None:
+        """Make the next ``maybe_tick`` tick whatever the time since the last one (new work is waiting)."""
+        self._last_tick = float("-inf")
+
     def maybe_tick(self) -> list[Worked]:
         """``tick`` if check_every seconds have passed since the last one (a worker loop calls this often)."""
         started = time.monotonic()

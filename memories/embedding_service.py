@@ -125,6 +125,7 @@ def memories_embed(
     if vectors is None and memories_deferred(workspace=workspace, count=len(memories)):
         for memory in memories:
             memory.embedding, memory.embedding_model, memory.embedded_at = None, "", None
+        transaction.on_commit(_announce_deferred)
         return
     embedder, computed = vectors if vectors is not None else memories_vectors(workspace=workspace, memories=memories)
     stamp, _ = vectors_touch(workspace=workspace)
@@ -135,6 +136,25 @@ def memories_embed(
         memory.embedding = to_bytes(vector)
         memory.embedding_model = embedder.name
         memory.embedded_at = stamp
+
+
+# Called (after commit) when a write left vectors to the embed job: the embedded worker ticks its scheduler at
+# once instead of at its next check (evolution.jobs registers it; memories cannot import evolution).
+_deferred_listeners: list[Callable[[], None]] = []
+
+
+def add_deferred_listener(listener: Callable[[], None]) -> None:
+    """Call `listener` after the commit of every write that left its memories' vectors to the embed job."""
+    if listener not in _deferred_listeners:
+        _deferred_listeners.append(listener)
+
+
+def _announce_deferred() -> None:
+    for listener in _deferred_listeners:
+        try:
+            listener()
+        except Exception:  # a wake-up that fails must not fail the write that committed
+            log.exception("telling the embed job about new memories failed")
 
 
 def memories_deferred(*, workspace: Workspace, count: int) -> bool:

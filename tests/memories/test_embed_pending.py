@@ -164,3 +164,27 @@ def test_the_scheduler_embeds_a_workspace_only_while_memories_wait(
     assert all(m.embedded_at is not None for m in stored(made))
     assert ScheduledJob.objects.get(workspace=workspace, job="embed").runs == 1
     assert scheduler.tick() == []  # nothing waits any more
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_deferred_write_wakes_the_embedded_worker_instead_of_waiting_for_its_next_check(
+    workspace: Workspace, user: Any, inline_two: None, settings: Any
+) -> None:
+    import time
+
+    from evolution import jobs
+
+    settings.EVOLUTION_WORKER = "thread"
+    settings.SCHEDULER_ENABLED = True
+    settings.SCHEDULER_CHECK_SECONDS = 3600  # only the wake-up can bring the embed job round in time
+    try:
+        assert jobs.start_thread_worker()
+        time.sleep(0.5)  # its first tick, with nothing waiting yet
+        made = create(workspace, user, [f"imported line {k}" for k in range(5)])
+        assert all(m.embedded_at is None for m in made)
+        deadline = time.monotonic() + 20
+        while embedding_service.has_pending_vectors(workspace=workspace) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not embedding_service.has_pending_vectors(workspace=workspace)
+    finally:
+        jobs.stop_thread_worker(timeout=10)
