@@ -323,11 +323,12 @@ def naive_decay(workspace: Any, ids: list[uuid.UUID], now: datetime) -> int:
         reference = m.last_accessed or m.valid_from or m.created_at
         days = max((now - reference).total_seconds() / 86_400, 0.0)
         retention = math.exp(-days / (m.stability or 30.0))
-        before = {"retention_score": m.retention_score, "status": m.status}
-        m.retention_score = retention
+        before = {"retention_score": m.score.retention_score, "status": m.status}
+        m.score.retention_score = retention
         if retention < 0.1 and not m.pinned:
             m.status = "archived"
-        m.save(update_fields=["retention_score", "status"])
+        m.save(update_fields=["status"])
+        m.score.save(update_fields=["retention_score"])
         naive_record(
             workspace, "naive-decay", "decay", mid, before, {"retention_score": retention, "status": m.status}, now
         )
@@ -365,10 +366,10 @@ def naive_interference(workspace: Any, candidates: list[uuid.UUID], now: datetim
             seen.add(pair)
             for end in pair:
                 row = Memory.objects.select_related("score").get(id=end)
-                before = row.retention_score
-                row.retention_score = before * (1 - float(sims[k]) * 0.05)
-                row.save(update_fields=["retention_score"])
-                naive_record(workspace, "naive-interference", "decay", end, before, row.retention_score, now)
+                before = row.score.retention_score
+                row.score.retention_score = before * (1 - float(sims[k]) * 0.05)
+                row.score.save(update_fields=["retention_score"])
+                naive_record(workspace, "naive-interference", "decay", end, before, row.score.retention_score, now)
         m = Memory.objects.select_related("score").get(id=mid)
         m.metadata = {**m.metadata, "interference_checked": f"{zlib.crc32(bytes(m.embedding or b'')):08x}"}
         m.save(update_fields=["metadata"])
@@ -388,20 +389,20 @@ def naive_strengthening(workspace: Any, ids: list[uuid.UUID], now: datetime) -> 
         ages = [(now - e.created_at).total_seconds() / 86_400 for e in events]
         v7 = sum(1 for a in ages if a < 7) / 7
         v30 = sum(1 for a in ages if a < 30) / 30
-        before = m.retention_score
+        before = m.score.retention_score
         if ages and min(ages) < 30:
-            m.retention_score = min(1.0, before + 0.1 * math.log1p(total) / (1 + avg_rank) * v7 / (v30 + 1e-6))
+            m.score.retention_score = min(1.0, before + 0.1 * math.log1p(total) / (1 + avg_rank) * v7 / (v30 + 1e-6))
         else:
             age = (now - m.created_at).total_seconds() / 86_400
-            m.retention_score = before * (1 - 0.005 * min(30.0, age, 1.0))
-        m.retrieval_profile = {
+            m.score.retention_score = before * (1 - 0.005 * min(30.0, age, 1.0))
+        m.score.retrieval_profile = {
             "total_count": total,
             "avg_search_rank": avg_rank,
             "velocity_7d": v7,
             "velocity_30d": v30,
         }
-        m.save(update_fields=["retention_score", "retrieval_profile"])
-        naive_record(workspace, "naive-strengthening", "boost", mid, before, m.retention_score, now)
+        m.score.save(update_fields=["retention_score", "retrieval_profile"])
+        naive_record(workspace, "naive-strengthening", "boost", mid, before, m.score.retention_score, now)
     return len(ids)
 
 
@@ -457,10 +458,10 @@ def naive_hebbian_boosts(workspace: Any, ids: list[uuid.UUID], now: datetime) ->
         if best < 3:
             continue
         m = Memory.objects.select_related("score").get(id=mid)
-        before = m.retention_score
-        m.retention_score = min(1.0, before + min(0.3, (best - 3) * 0.02))
-        m.save(update_fields=["retention_score"])
-        naive_record(workspace, "naive-hebbian", "boost", mid, before, m.retention_score, now)
+        before = m.score.retention_score
+        m.score.retention_score = min(1.0, before + min(0.3, (best - 3) * 0.02))
+        m.score.save(update_fields=["retention_score"])
+        naive_record(workspace, "naive-hebbian", "boost", mid, before, m.score.retention_score, now)
     return len(ids)
 
 
