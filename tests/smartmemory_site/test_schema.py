@@ -261,3 +261,63 @@ def test_the_memory_list_documents_every_filter_it_reads(schema: dict[str, Any])
     listed = schema["paths"]["/api/v1/workspaces/{ws}/memories/"]["get"]["parameters"]
     documented = {p["name"] for p in listed if p["in"] == "query"}
     assert filters | {"ordering", "cursor", "limit"} == documented
+
+
+def test_every_documented_read_returns_exactly_what_it_documents(
+    schema: dict[str, Any], api: Any, user: Any, workspace: Any
+) -> None:
+    """Each GET of the schema, on a workspace where each list holds something, against what it documents; a GET
+    added to the schema without a way here to fill its path fails this test until it is added."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from evolution import dream, engine, engine_inputs, services
+    from evolution.models import Proposal
+    from history.models import EvolutionRecord
+    from memories.inputs import MemoryInput
+    from memories.services import memory_create
+
+    old = timezone.now() - timedelta(days=200)
+    memory = memory_create(
+        workspace=workspace,
+        actor=user,
+        item=MemoryInput(content="We picked JWT for the API", memory_type="episodic", created_at=old),
+    )
+    for days in (3.0, 2.0, 1.0):
+        engine.outcome_record(
+            workspace=workspace,
+            item=engine_inputs.OutcomeInput(
+                task_type="deploy",
+                result="fail",
+                lesson="Check the token before deploying",
+                created_at=timezone.now() - timedelta(days=days),
+            ),
+        )
+    run = services.evolution_run(workspace=workspace, actor=user, evolvers=["ExponentialDecay"], dry_run=True)
+    record = EvolutionRecord.objects.filter(workspace=workspace).order_by("id").last()
+    report = dream.dream_run(workspace=workspace)
+    proposal = Proposal.objects.filter(workspace=workspace).order_by("id").last()
+    assert record is not None and proposal is not None
+    values = {
+        "ws": "acme",
+        "memory_id": str(memory.id),
+        "run_id": str(run.id),
+        "record_id": str(record.pk),
+        "proposal_id": str(proposal.pk),
+        "report_id": str(report.pk),
+    }
+    calls: list[Call] = []
+    for path, operations in schema["paths"].items():
+        if "get" not in operations or "200" not in operations["get"]["responses"]:
+            continue
+        content = operations["get"]["responses"]["200"].get("content", {})
+        if "application/json" not in content:
+            continue  # a file (the export as a zip, say)
+        real = path
+        for name, value in values.items():
+            real = real.replace("{" + name + "}", value)
+        assert "{" not in real, f"{path}: no value for its path parameters here; add one"
+        calls.append((path, "get", real, None, 200))
+    assert len(calls) >= 15
+    _assert_documented(schema, api, calls)
