@@ -321,3 +321,33 @@ def test_every_documented_read_returns_exactly_what_it_documents(
         calls.append((path, "get", real, None, 200))
     assert len(calls) >= 15
     _assert_documented(schema, api, calls)
+
+
+def test_the_engine_and_evolution_writes_return_exactly_what_they_document(
+    schema: dict[str, Any], api: Any, user: Any, workspace: Any
+) -> None:
+    base = "/api/v1/workspaces/acme/"
+    ws = "/api/v1/workspaces/{ws}/"
+    outcome = {"task_type": "deploy", "result": "fail", "approach": "push straight to production"}
+    calls: list[Call] = [
+        (ws + "outcomes/", "post", base + "outcomes/", outcome, 201),
+        (ws + "outcomes/", "post", base + "outcomes/", outcome, 201),
+        (ws + "outcomes/", "post", base + "outcomes/", outcome, 201),
+        (
+            ws + "corrections/",
+            "post",
+            base + "corrections/",
+            {"topic": "editor", "what_i_did_wrong": "opened vim", "what_i_should_do": "use emacs", "context": "edit"},
+            201,
+        ),
+        (
+            ws + "reflections/",
+            "post",
+            base + "reflections/",
+            {"context": "a deploy", "reflection": "it failed", "lesson": "pin the version"},
+            201,
+        ),
+        (ws + "evolution/runs/", "post", base + "evolution/runs/", {"dry_run": True}, 202),
+        (ws + "engine/evolve/", "post", base + "engine/evolve/", {}, 200),
+    ]
+    _assert_documented(schema, api, calls)
