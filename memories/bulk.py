@@ -439,8 +439,78 @@ def _write_rows(model: type[models.Model], fields: Sequence[str], rows: Iterable
             converters[-1] = None
         elif len(rows) >= ROWID_ORDER_MIN:
             return _write_sqlite_rows(meta, sets, converters, rows)
+    elif connection.vendor == "postgresql":
+        rows = list(rows)
+        if len(rows) >= PG_ARRAY_MIN:
+            return _write_postgresql_rows(meta, prep, converters, rows)
     sql = f"UPDATE {qn(meta.db_table)} SET {sets} WHERE {qn(pk.column)} = %s"
     return _executemany(sql, converters, rows)
+
+
+#: Rows from which a PostgreSQL write goes as one UPDATE ... FROM unnest() per batch: executemany sends one
+#: statement per row (each parsed, planned and run), one statement over column arrays does the same writes
+#: under one plan (the activation flush: 2,846 -> 3,932 boosts/s with events, measured at load ~7).
+PG_ARRAY_MIN = 20
+
+
+def _pg_array_values(field: models.Field[Any, Any], values: Sequence[Any]) -> tuple[str, list[Any]]:
+    """The array type to cast a column to, and its values in a form psycopg sends as one array: ids and JSON
+    as text (cast by the server), numbers made one Python type (a list typed by its first element would
+    refuse a float after an int)."""
+    target = field.target_field if isinstance(field, models.ForeignKey) else field
+    db_type = str(field.db_type(connection))  # a foreign key: its target's type
+    if isinstance(target, models.UUIDField):
+        return "uuid", [None if v is None else str(v) for v in values]
+    if isinstance(target, JSONField):
+        # As the JSON converter prepared them (jsonb adapters): their text, parsed by the server.
+        return "jsonb", [None if v is None else _jsonb_text(v) for v in values]
+    if isinstance(target, models.FloatField):
+        return db_type, [None if v is None else float(v) for v in values]
+    if isinstance(target, models.IntegerField) and not isinstance(target, models.BooleanField):
+        return db_type, [None if v is None else int(v) for v in values]
+    return db_type, list(values)
+
+
+def _jsonb_text(value: Any) -> str:
+    obj = getattr(value, "obj", value)  # psycopg's Jsonb wraps the Python value
+    dumps = getattr(value, "dumps", None) or json.dumps
+    return str(dumps(obj))
+
+
+def _write_postgresql_rows(
+    meta: Any,
+    prep: Sequence[models.Field[Any, Any]],
+    converters: Sequence[Converter | None],
+    rows: list[tuple[Any, ...]],
+) -> int:
+    """PostgreSQL: the same UPDATEs as one ``UPDATE ... FROM unnest(arrays)`` per batch of WRITE_BATCH rows
+    (returns the rows given, as executemany did). A key given twice keeps its last row, as the UPDATEs one
+    after another would."""
+    qn = connection.ops.quote_name
+    pk = meta.pk
+    columns = [*prep, pk]
+    names = [f"v{k}" for k in range(len(columns))]
+    sets = ", ".join(f"{qn(f.column)} = v.{n}" for f, n in zip(prep, names, strict=False))
+    for start in range(0, len(rows), WRITE_BATCH):
+        batch = rows[start : start + WRITE_BATCH]
+        if any(len(row) != len(columns) for row in batch):
+            raise ValueError(f"rows of other lengths than {len(columns)} values")
+        last = {str(row[-1]): row for row in batch}  # the last row of each key
+        values: list[Sequence[Any]] = list(zip(*last.values(), strict=True))
+        arrays: list[list[Any]] = []
+        casts: list[str] = []
+        for k, (field, convert) in enumerate(zip(columns, converters, strict=True)):
+            column = values[k] if convert is None else list(map(convert, values[k]))
+            db_type, prepared = _pg_array_values(field, column)
+            casts.append(f"%s::{db_type}[]")
+            arrays.append(prepared)
+        sql = (
+            f"UPDATE {qn(meta.db_table)} AS t SET {sets} FROM unnest({', '.join(casts)}) AS v({', '.join(names)}) "
+            f"WHERE t.{qn(pk.column)} = v.{names[-1]}"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, arrays)
+    return len(rows)
 
 
 def _write_sqlite_rows(

@@ -143,8 +143,10 @@ def test_a_memory_updated_by_write_rows_reads_back_as_one_saved_with_update_fiel
     key_form: int,
     in_rowid_order: bool,
 ) -> None:
-    # On SQLite a write of one row goes by rowid too when the threshold is 1.
+    # A write of one row takes the path of large writes too when the threshold is 1: by rowid on SQLite, as
+    # one UPDATE over column arrays on PostgreSQL.
     monkeypatch.setattr(bulk, "ROWID_ORDER_MIN", 1 if in_rowid_order else ROWID_ORDER_MIN)
+    monkeypatch.setattr(bulk, "PG_ARRAY_MIN", 1 if in_rowid_order else bulk.PG_ARRAY_MIN)
     fast, saved = (saved_memory(workspace, start) for _ in range(2))
     key = [str(fast.pk), fast.pk, str(fast.pk).upper()][key_form]
     assert write_rows(Memory, UPDATED, [(*(changes[name] for name in UPDATED), key)]) == 1
