@@ -447,10 +447,9 @@ class _ThreadWorker:
     def jobs_waiting(self) -> None:
         """New work for the scheduled jobs (memories waiting for vectors): tick at once, if the thread runs."""
         with self._lock:
-            running = self._thread is not None and self._thread.is_alive() and self._scheduler is not None
-            if running and self._scheduler is not None:
-                self._scheduler.tick_soon()
-        if running:
+            scheduler = self._scheduler if self._thread is not None and self._thread.is_alive() else None
+        if scheduler is not None:
+            scheduler.tick_soon()
             self._wake.set()
 
     def _idle(self, seconds: float) -> None:

@@ -261,20 +261,14 @@ def workspace_reembed(
     rows = _stale(workspace, model).order_by("id").only(*_PENDING_FIELDS)
     after: uuid.UUID | None = None
     while chunk := list((rows if after is None else rows.filter(id__gt=after))[:batch]):
-        vectors = _chunk_vectors(embedder, workspace, chunk)
-        with transaction.atomic():
-            stamp, _ = vectors_touch(workspace=workspace)
-            done += _write_vectors(chunk, vectors, model, stamp, unchanged=True)
+        done += _embed_unchanged(embedder, workspace, chunk)
         after = chunk[-1].id
         report()
     for _ in range(_STRAGGLER_BATCHES):
         stragglers = list(rows[:batch])
         if len(stragglers) <= REEMBED_FINAL_MAX:
             break
-        vectors = _chunk_vectors(embedder, workspace, stragglers)
-        with transaction.atomic():
-            stamp, _ = vectors_touch(workspace=workspace)
-            done += _write_vectors(stragglers, vectors, model, stamp, unchanged=True)
+        done += _embed_unchanged(embedder, workspace, stragglers)
         report()
     with transaction.atomic():
         stamp, _ = vectors_touch(workspace=workspace)
@@ -287,6 +281,15 @@ def workspace_reembed(
         report()
     log.info("workspace %s re-embedded with %s: %d memories", workspace.slug, model, done)
     return ReembedResult(model=model, reembedded=done, spec=stored, changed=True)
+
+
+def _embed_unchanged(embedder: Embedder, workspace: Workspace, chunk: Sequence[Memory]) -> int:
+    """Embed `chunk` outside any transaction, then write the vectors in a short one to the rows unchanged
+    since they were read; returns how many were written."""
+    vectors = _chunk_vectors(embedder, workspace, chunk)
+    with transaction.atomic():
+        stamp, _ = vectors_touch(workspace=workspace)
+        return _write_vectors(chunk, vectors, embedder.name, stamp, unchanged=True)
 
 
 def _chunk_vectors(embedder: Embedder, workspace: Workspace, chunk: Sequence[Memory]) -> FloatMatrix:

@@ -20,7 +20,7 @@ from django.db import connection, transaction
 
 from core.outages import RetryLog
 from memories.algorithms.sortkey import activation_sort_key
-from memories.bulk import datetime_converter, insert_rows, uuid_hex
+from memories.bulk import datetime_converter, insert_rows, uuid_hex, write_rows
 from memories.models import Memory, RetrievalEvent
 
 log = logging.getLogger(__name__)
@@ -220,31 +220,18 @@ def _identity(value: Any) -> Any:
     return value
 
 
-# PostgreSQL types of _BOOST_COLUMNS and the id, for the one-statement update.
-_PG_TYPES = ("float8", "timestamptz", "int4", "int4", "timestamptz", "float8", "uuid")
-
-
 def _write_boosts(updates: list[tuple[Any, ...]]) -> None:
-    """Write (*_BOOST_COLUMNS values, id) rows: on PostgreSQL one UPDATE ... FROM unnest() of column arrays,
-    elsewhere one prepared UPDATE run by executemany.
-
-    On PostgreSQL each row of executemany is a statement of its own (parsed, planned, run: 5,300 of them a
-    flush of 250 result sets); one statement over arrays does the same writes as one plan.
-    """
+    """Write (*_BOOST_COLUMNS values, id) rows, values as the database stores them: on SQLite one prepared
+    UPDATE run by executemany (the rows are converted for it above, in apply_signals' one pass); on
+    PostgreSQL the values are the Python ones and the fast-write module sends them as one UPDATE ... FROM
+    unnest() of column arrays per batch (memories.bulk.write_rows)."""
+    if connection.vendor == "postgresql":
+        write_rows(Memory, _BOOST_COLUMNS, updates)
+        return
     qn = connection.ops.quote_name
+    assignments = ", ".join(f"{qn(c)} = %s" for c in _BOOST_COLUMNS)
     with connection.cursor() as cursor:
-        if connection.vendor != "postgresql":
-            assignments = ", ".join(f"{qn(c)} = %s" for c in _BOOST_COLUMNS)
-            cursor.executemany(f"UPDATE memories_memory SET {assignments} WHERE id = %s", updates)
-            return
-        names = [f"v{k}" for k in range(len(_PG_TYPES))]
-        arrays = ", ".join(f"%s::{t}[]" for t in _PG_TYPES)
-        assignments = ", ".join(f"{qn(c)} = v.{n}" for c, n in zip(_BOOST_COLUMNS, names, strict=False))
-        cursor.execute(
-            f"UPDATE memories_memory AS m SET {assignments} FROM unnest({arrays}) AS v({', '.join(names)}) "
-            f"WHERE m.id = v.{names[-1]}",
-            [list(column) for column in zip(*updates, strict=True)],
-        )
+        cursor.executemany(f"UPDATE memories_memory SET {assignments} WHERE id = %s", updates)
 
 
 def _publish_activation(changed: dict[int, list[tuple[str, float]]]) -> None:
