@@ -113,14 +113,13 @@ class WorkspaceListCreateApi(APIView):
         rows = selectors.workspace_list_for_user(user=request.user)
         return Response({"results": [serializers.workspace_json(a.workspace, a.role) for a in rows]})
 
-    @extend_schema(request=serializers.WorkspaceIn, responses={201: serializers.WorkspaceOut, **ERRORS, **CONFLICT})
+    @extend_schema(request=inputs.WorkspaceIn, responses={201: serializers.WorkspaceOut, **ERRORS, **CONFLICT})
     def post(self, request: Request) -> Response:
-        data = serializers.WorkspaceIn(data=request.data)
-        data.is_valid(raise_exception=True)
+        body = inputs.workspace_input(request.data)
         workspace = services.workspace_create(
             owner=request.user,  # type: ignore[arg-type]
-            slug=data.validated_data["slug"],
-            name=data.validated_data["name"],
+            slug=body.slug,
+            name=body.name,
         )
         return Response(serializers.workspace_json(workspace, "owner"), status=status.HTTP_201_CREATED)
 
@@ -177,7 +176,7 @@ class MemoryListCreateApi(APIView):
         )
 
     @extend_schema(
-        request=serializers.MemoryIn,
+        request=inputs.MemoryIn,
         parameters=[IDEMPOTENCY_KEY],
         responses={201: serializers.MemoryOut, **ERRORS, **REUSED_KEY},
     )
@@ -208,7 +207,7 @@ class MemoryDetailApi(APIView):
         )
         return Response(serializers.memory_json(memory, timezone.now(), workspace=access.workspace))
 
-    @extend_schema(request=serializers.MemoryPatchIn, responses={200: serializers.MemoryOut, **ERRORS})
+    @extend_schema(request=inputs.MemoryPatchIn, responses={200: serializers.MemoryOut, **ERRORS})
     def patch(self, request: Request, ws: str, memory_id: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
@@ -232,7 +231,7 @@ class MemoryDetailApi(APIView):
 
 class MemoryBulkCreateApi(APIView):
     @extend_schema(
-        request=serializers.BulkIn,
+        request=inputs.BulkIn,
         parameters=[IDEMPOTENCY_KEY],
         responses={201: serializers.IdsOut, **ERRORS, **REUSED_KEY},
     )
@@ -251,7 +250,7 @@ class MemoryBulkCreateApi(APIView):
 
 class ConversationIngestApi(APIView):
     @extend_schema(
-        request=serializers.ConversationIn,
+        request=inputs.ConversationIn,
         parameters=[IDEMPOTENCY_KEY],
         responses={201: serializers.IdsOut, **ERRORS, **REUSED_KEY},
     )
@@ -267,19 +266,14 @@ class ConversationIngestApi(APIView):
 
 
 class EdgeCreateApi(APIView):
-    @extend_schema(request=serializers.EdgeIn, responses={201: serializers.EdgeOut, **ERRORS, **CONFLICT})
+    @extend_schema(request=inputs.EdgeIn, responses={201: serializers.EdgeOut, **ERRORS, **CONFLICT})
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
-        data = request.data if isinstance(request.data, dict) else {}
-        for name in ("source", "target", "type"):
-            if name not in data:
-                raise InvalidInput(f"{name}: this field is required", field=name)
-        edge_type = inputs.edge_type_input(data.get("type"))
-        weight = inputs.weight_input(data.get("weight"))
-        source = selectors.memory_get(workspace=access.workspace, memory_id=data["source"], field="source")
-        target = selectors.memory_get(workspace=access.workspace, memory_id=data["target"], field="target")
+        body = inputs.edge_input(request.data)
+        source = selectors.memory_get(workspace=access.workspace, memory_id=body.source, field="source")
+        target = selectors.memory_get(workspace=access.workspace, memory_id=body.target, field="target")
         edge = services.edge_link(
-            workspace=access.workspace, source=source, target=target, edge_type=edge_type, weight=weight
+            workspace=access.workspace, source=source, target=target, edge_type=body.type, weight=body.weight
         )
         return Response(serializers.edge_json(edge), status=status.HTTP_201_CREATED)
 

@@ -1,4 +1,5 @@
-"""JSON shapes of the REST contract (plain functions for speed; DRF serializers document them)."""
+"""JSON answers of the REST contract: plain functions build them (for speed), DRF serializers document them, and
+the schema test holds the two equal for every endpoint. Request bodies are ``memories.inputs``."""
 
 from __future__ import annotations
 
@@ -132,76 +133,17 @@ class MemoryOut(serializers.Serializer[Any]):
     metadata = serializers.JSONField()
 
 
-class MemoryIn(serializers.Serializer[Any]):
-    content = serializers.CharField()
-    memory_type = serializers.CharField(required=False)
-    subject = serializers.CharField(required=False)
-    tags = serializers.ListField(child=serializers.CharField(), required=False)
-    origin = serializers.CharField(required=False)
-    confidence = serializers.FloatField(required=False)
-    tier = serializers.CharField(required=False)
-    status = serializers.CharField(required=False)
-    pinned = serializers.BooleanField(required=False)
-    created_at = serializers.DateTimeField(required=False)
-    valid_from = serializers.DateTimeField(required=False, allow_null=True)
-    valid_to = serializers.DateTimeField(required=False, allow_null=True)
-    metadata = serializers.JSONField(required=False)
-
-
-class MemoryPatchIn(serializers.Serializer[Any]):
-    """PATCH: any of the editable fields; others are refused naming the field."""
-
-    content = serializers.CharField(required=False)
-    memory_type = serializers.CharField(required=False)
-    subject = serializers.CharField(required=False)
-    tags = serializers.ListField(child=serializers.CharField(), required=False)
-    confidence = serializers.FloatField(required=False)
-    tier = serializers.CharField(required=False)
-    status = serializers.CharField(required=False)
-    pinned = serializers.BooleanField(required=False)
-    valid_from = serializers.DateTimeField(required=False, allow_null=True)
-    valid_to = serializers.DateTimeField(required=False, allow_null=True)
-    metadata = serializers.JSONField(required=False)
-
-
 class MemoryPageOut(serializers.Serializer[Any]):
     results = MemoryOut(many=True)
     next = serializers.CharField(allow_null=True)
-
-
-class BulkIn(serializers.Serializer[Any]):
-    items = MemoryIn(many=True)
 
 
 class IdsOut(serializers.Serializer[Any]):
     ids = serializers.ListField(child=serializers.UUIDField())
 
 
-class TurnIn(serializers.Serializer[Any]):
-    speaker = serializers.CharField()
-    text = serializers.CharField()
-    ref = serializers.CharField(required=False)
-
-
-class SessionIn(serializers.Serializer[Any]):
-    started_at = serializers.DateTimeField()
-    turns = TurnIn(many=True)
-    session_id = serializers.CharField(required=False, max_length=128)
-
-
-class ConversationIn(serializers.Serializer[Any]):
-    sessions = SessionIn(many=True)
-
-
 # A field named "source" shadows Field.source in the stubs only: DRF's serializer metaclass moves
 # declared fields off the class, so the attribute never exists at runtime.
-class EdgeIn(serializers.Serializer[Any]):
-    source = serializers.UUIDField()  # type: ignore[assignment]
-    target = serializers.UUIDField()
-    type = serializers.CharField()
-    weight = serializers.FloatField(required=False)
-
-
 class EdgeOut(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     source = serializers.UUIDField()  # type: ignore[assignment]
@@ -216,11 +158,6 @@ class EdgeOut(serializers.Serializer[Any]):
 
 class EdgePageOut(serializers.Serializer[Any]):
     results = EdgeOut(many=True)
-
-
-class WorkspaceIn(serializers.Serializer[Any]):
-    slug = serializers.SlugField(max_length=64)
-    name = serializers.CharField(max_length=200)
 
 
 class WorkspaceOut(serializers.Serializer[Any]):

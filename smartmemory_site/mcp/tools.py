@@ -13,7 +13,7 @@ what the validators accept, never a second validation with other messages.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -21,6 +21,7 @@ from django.utils import timezone
 from rest_framework import exceptions
 
 from core.errors import DomainError, InvalidInput, NotFound
+from core.schemas import tool_schema
 from core.throttles import throttle_hit
 from evolution import engine, engine_inputs
 from evolution import selectors as evolution_selectors
@@ -31,7 +32,6 @@ from evolution.models import ProposalKind, ProposalStatus
 from evolution.typed_selectors import proposal_list
 from memories import inputs, services
 from memories import selectors as memory_selectors
-from memories.models import MemoryType, Status, Tier
 from memories.serializers import iso_z, memory_json
 from surfacing import retrieval
 from surfacing import services as surfacing_services
@@ -81,6 +81,8 @@ class ToolSpec:
     read_only: bool
     idempotent: bool
     handler: Handler
+    # Nested shapes the properties refer to ("#/$defs/SessionIn"), when they come from a request body.
+    defs: Mapping[str, Json] = field(default_factory=dict)
 
     def input_schema(self, *, bound: bool) -> Json:
         """The JSON Schema of the arguments; ``workspace`` is optional on a connection bound to one."""
@@ -88,12 +90,15 @@ class ToolSpec:
         if bound:
             workspace["description"] += " (default and only choice: the workspace this connection serves)"
         required = list(self.required) if bound else [WORKSPACE, *self.required]
-        return {
+        schema = {
             "type": "object",
             "properties": {WORKSPACE: workspace, **self.properties},
             "required": required,
             "additionalProperties": False,
         }
+        if self.defs:
+            schema["$defs"] = dict(self.defs)
+        return schema
 
 
 def workspace_slug(caller: Caller, arguments: Mapping[str, Any]) -> str:
@@ -165,56 +170,9 @@ _SEARCH_PROPERTIES: Json = {
     "session_id": _SESSION,
 }
 
-_MEMORY_PROPERTIES: Json = {
-    "content": _string("the memory's text", minLength=1, maxLength=inputs.MAX_CONTENT_CHARS),
-    "memory_type": _string("kind of memory (default semantic)", enum=list(MemoryType.values)),
-    "subject": _string("what it is about (a name, a topic)", maxLength=200),
-    "tags": {
-        "type": "array",
-        "items": {"type": "string", "minLength": 1, "maxLength": inputs.MAX_TAG_CHARS},
-        "maxItems": inputs.MAX_TAGS,
-    },
-    "origin": _string("who it comes from, a prefix and a name (default api:<your username>)", maxLength=120),
-    "confidence": {"type": "number", "minimum": 0, "maximum": 1, "description": "default 1"},
-    "tier": _string("default warm", enum=list(Tier.values)),
-    "status": _string("default active", enum=[Status.ACTIVE, Status.ARCHIVED]),
-    "pinned": {"type": "boolean", "description": "always surfaced as an anchor"},
-    "created_at": _when("when it happened, for history recorded later"),
-    "valid_from": _when("start of the time the fact holds"),
-    "valid_to": _when("end of the time the fact holds"),
-    "metadata": {"type": "object", "description": "free JSON (at most 64 KiB)"},
-}
-
-_CONVERSATION_PROPERTIES: Json = {
-    "sessions": {
-        "type": "array",
-        "minItems": 1,
-        "description": "conversations; each turn becomes an episodic memory of its session",
-        "items": {
-            "type": "object",
-            "properties": {
-                "started_at": _when("when the conversation took place"),
-                "session_id": _string("an id of your own for the conversation", maxLength=128),
-                "turns": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "speaker": _string("who spoke", minLength=1, maxLength=120),
-                            "text": _string("what was said", minLength=1, maxLength=inputs.MAX_CONTENT_CHARS),
-                            "ref": _string("a reference of your own, kept in metadata", maxLength=120),
-                        },
-                        "required": ["speaker", "text"],
-                        "additionalProperties": False,
-                    },
-                },
-            },
-            "required": ["started_at", "turns"],
-            "additionalProperties": False,
-        },
-    }
-}
+# The request bodies of the REST API document these tools' arguments too (id and workspace: an export's keys).
+_MEMORY = tool_schema(inputs.MemoryIn, leave_out=frozenset({"id", WORKSPACE}))
+_CONVERSATION = tool_schema(inputs.ConversationIn)
 
 _PIN_PROPERTIES: Json = {
     "session_id": _string("the session the pin belongs to", minLength=1, maxLength=128),
@@ -403,8 +361,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="add_memory",
         title="Add a memory",
         description="Store one memory (a fact, a decision, a preference, an observation...). Needs editor or owner.",
-        properties=_MEMORY_PROPERTIES,
-        required=("content",),
+        properties=_MEMORY["properties"],
+        required=_MEMORY["required"],
+        defs=_MEMORY["$defs"],
         require="edit",
         counts_as_write=True,
         read_only=False,
@@ -418,8 +377,9 @@ TOOLS: tuple[ToolSpec, ...] = (
             "Store conversations: one episodic memory per turn, linked to its session and to the previous turn, "
             "with entity mentions. Returns the new ids in turn order. Needs editor or owner."
         ),
-        properties=_CONVERSATION_PROPERTIES,
-        required=("sessions",),
+        properties=_CONVERSATION["properties"],
+        required=_CONVERSATION["required"],
+        defs=_CONVERSATION["$defs"],
         require="edit",
         counts_as_write=True,
         read_only=False,

@@ -15,12 +15,13 @@ from memories.inputs import (
     MAX_TAGS,
     bulk_input,
     conversation_input,
-    edge_type_input,
+    edge_input,
     memory_input,
     memory_patch_input,
     origin_tier,
-    weight_input,
 )
+
+EDGE = {"source": "00000000-0000-0000-0000-000000000001", "target": "00000000-0000-0000-0000-000000000002"}
 
 
 def field_of(call: Any, *args: Any, **kwargs: Any) -> str | None:
@@ -135,20 +136,28 @@ def test_bulk_keeps_item_order() -> None:
 
 
 def test_edge_types_are_normalised_to_upper_case() -> None:
-    assert edge_type_input("related") == "RELATED"
-    assert edge_type_input(" part_of ") == "PART_OF"
+    assert edge_input({**EDGE, "type": "related"}).type == "RELATED"
+    assert edge_input({**EDGE, "type": " part_of "}).type == "PART_OF"
 
 
 @pytest.mark.parametrize("value", [None, "", "LIKES", 3])
 def test_unknown_edge_types_are_rejected_as_type(value: Any) -> None:
-    assert field_of(edge_type_input, value) == "type"
+    assert field_of(edge_input, {**EDGE, "type": value}) == "type"
+
+
+@pytest.mark.parametrize("missing", ["source", "target", "type"])
+def test_an_edge_names_the_end_or_type_it_lacks(missing: str) -> None:
+    body = {**EDGE, "type": "RELATED"}
+    del body[missing]
+    assert field_of(edge_input, body) == missing
 
 
 def test_edge_weight_defaults_to_one_and_must_be_positive_and_bounded() -> None:
-    assert weight_input(None) == 1.0
-    assert weight_input(2) == 2.0
+    assert edge_input({**EDGE, "type": "RELATED"}).weight == 1.0
+    assert edge_input({**EDGE, "type": "RELATED", "weight": None}).weight == 1.0
+    assert edge_input({**EDGE, "type": "RELATED", "weight": 2}).weight == 2.0
     for bad in (0, -1, 1001, "heavy", True, math.inf):
-        assert field_of(weight_input, bad) == "weight"
+        assert field_of(edge_input, {**EDGE, "type": "RELATED", "weight": bad}) == "weight"
 
 
 def test_conversation_is_parsed_in_order_with_refs() -> None:

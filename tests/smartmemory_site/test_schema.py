@@ -181,14 +181,17 @@ def test_every_memory_endpoint_returns_exactly_what_it_documents(
 
 
 def test_the_documented_inputs_are_the_fields_the_api_accepts(schema: dict[str, Any]) -> None:
-    from memories.inputs import EDITABLE_FIELDS, KNOWN_MEMORY_FIELDS
+    from memories.inputs import EDITABLE_FIELDS, MemoryIn
 
     def fields_of(path: str, method: str) -> set[str]:
         body = schema["paths"][path][method]["requestBody"]["content"]["application/json"]["schema"]
         return set(_resolve(schema, body)["properties"])
 
-    assert fields_of("/api/v1/workspaces/{ws}/memories/", "post") == KNOWN_MEMORY_FIELDS
+    assert fields_of("/api/v1/workspaces/{ws}/memories/", "post") == set(MemoryIn.model_fields)
     assert fields_of("/api/v1/workspaces/{ws}/memories/{memory_id}/", "patch") == EDITABLE_FIELDS
+    assert {"content", "tags", "valid_from", "valid_to", "metadata", "created_at"} <= EDITABLE_FIELDS | set(
+        MemoryIn.model_fields
+    )
 
 
 def test_every_surfacing_endpoint_returns_exactly_what_it_documents(

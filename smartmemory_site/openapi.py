@@ -1,0 +1,34 @@
+"""The OpenAPI document's view of request bodies: each ``core.schemas.RequestBody`` documents itself.
+
+drf-spectacular ships an extension for pydantic models that writes their serialisation schema; a request body
+is documented by what it accepts (its validation schema, in the OpenAPI 3.0 dialect the document uses), and
+nested bodies become shared components. Imported by the URL configuration, which registers it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.plumbing import ResolvedComponent
+
+from core.schemas import RequestBody, openapi_schema
+
+
+class RequestBodyExtension(OpenApiSerializerExtension):
+    target_class = RequestBody
+    match_subclasses = True
+    priority = 1  # before drf-spectacular's own pydantic extension
+
+    def get_name(self, auto_schema: Any, direction: str) -> str:
+        name: str = self.target.__name__
+        return name
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        schema = openapi_schema(self.target)
+        for name, nested in schema.pop("$defs", {}).items():
+            component = ResolvedComponent(  # type: ignore[no-untyped-call]
+                name=name, type=ResolvedComponent.SCHEMA, object=name, schema=nested
+            )
+            auto_schema.registry.register_on_missing(component)
+        return schema
