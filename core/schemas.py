@@ -54,9 +54,10 @@ class RequestBody(BaseModel):
     """How a field the body does not know is refused (a PATCH says it cannot be changed)."""
 
 
-def reject(reason: str) -> NoReturn:
-    """Refuse a value from inside a field's validator: ``parse`` prefixes the field's path to ``reason``."""
-    raise PydanticCustomError("invalid", "{reason}", {"reason": reason})
+def reject(reason: str, code: str = "invalid") -> NoReturn:
+    """Refuse a value from inside a field's validator: ``parse`` prefixes the field's path to ``reason`` and
+    answers with the error ``code``."""
+    raise PydanticCustomError(code, "{reason}", {"reason": reason})
 
 
 def unstorable_reason(value: str) -> str | None:
@@ -86,7 +87,7 @@ def field_path(loc: Sequence[int | str], prefix: str = "") -> str:
 
 def _reason(error: Mapping[str, Any], model: type[RequestBody]) -> str:
     kind, ctx = error["type"], error.get("ctx") or {}
-    if kind == "invalid":
+    if "reason" in ctx:
         return str(ctx["reason"])
     if kind == "extra_forbidden":
         return model.unknown_field
@@ -124,9 +125,12 @@ def parse(model: type[Model], data: Any, *, prefix: str = "") -> Model:
         errors = exc.errors(include_url=False, include_input=False)
         # An unknown field says most about a mistaken body (a typo, a client written for another version).
         error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-        owner = _owner(model, error["loc"])
-        name = field_path(error["loc"], prefix)
-        raise InvalidInput(f"{name}: {_reason(error, owner)}", field=name) from None
+        raise _invalid(error, field_path(error["loc"], prefix), _owner(model, error["loc"])) from None
+
+
+def _invalid(error: Mapping[str, Any], name: str, model: type[RequestBody]) -> InvalidInput:
+    code = error["type"] if "reason" in (error.get("ctx") or {}) else "invalid"
+    return InvalidInput(f"{name}: {_reason(error, model)}", code=code, field=name)
 
 
 def _owner(model: type[RequestBody], loc: Sequence[int | str]) -> type[RequestBody]:
@@ -213,23 +217,27 @@ class Text(Kind):
 @dataclass(frozen=True, eq=False)
 class OneOf(Kind):
     """One of ``values`` (after ``normalise``, e.g. upper-casing an edge type); null reads as ``null_as`` when
-    one is given."""
+    one is given, and null or "" as None when ``optional`` (the field's type is then ``str | None``)."""
 
     values: Sequence[str]
     null_as: str | None = None
+    optional: bool = False
     normalise: Callable[[str], str] | None = None
+    code: str = "invalid"
     description: str | None = None
 
-    def check(self, value: Any) -> str:
+    def check(self, value: Any) -> str | None:
         if value is None and self.null_as is not None:
             return self.null_as
+        if self.optional and value in (None, ""):
+            return None
         candidate = self.normalise(value) if self.normalise is not None and isinstance(value, str) else value
         if candidate not in self.values:
-            reject(f"{value!r} is not one of {', '.join(self.values)}")
+            reject(f"{value!r} is not one of {', '.join(self.values)}", self.code)
         return str(candidate)
 
     def json_schema(self) -> dict[str, Any]:
-        nullable = {"nullable": True} if self.null_as is not None else {}
+        nullable = {"nullable": True} if self.null_as is not None or self.optional else {}
         return _described({"type": "string", "enum": list(self.values)} | nullable, self.description)
 
 
@@ -271,21 +279,24 @@ class Number(Kind):
 
 @dataclass(frozen=True, eq=False)
 class Integer(Kind):
-    """A JSON integer in [minimum, maximum] (true and false are not numbers here)."""
+    """A JSON integer in [minimum, maximum] (no maximum when None; true and false are not numbers here)."""
 
     minimum: int
-    maximum: int
+    maximum: int | None = None
     description: str | None = None
 
     def check(self, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             reject("expected an integer")
-        if not self.minimum <= value <= self.maximum:
+        if self.maximum is None and value < self.minimum:
+            reject(f"must be at least {self.minimum}")
+        if self.maximum is not None and not self.minimum <= value <= self.maximum:
             reject(f"must be between {self.minimum} and {self.maximum}")
         return int(value)
 
     def json_schema(self) -> dict[str, Any]:
-        return _described({"type": "integer", "minimum": self.minimum, "maximum": self.maximum}, self.description)
+        bounds = {"minimum": self.minimum} | ({"maximum": self.maximum} if self.maximum is not None else {})
+        return _described({"type": "integer"} | bounds, self.description)
 
 
 @dataclass(frozen=True, eq=False)
@@ -443,8 +454,7 @@ def check_value(kind: Any, value: Any, name: str) -> Any:
     try:
         return adapter.validate_python(value)
     except ValidationError as exc:
-        error = exc.errors(include_url=False, include_input=False)[0]
-        raise InvalidInput(f"{name}: {_reason(error, RequestBody)}", field=name) from None
+        raise _invalid(exc.errors(include_url=False, include_input=False)[0], name, RequestBody) from None
 
 
 _adapters: dict[int, tuple[Any, TypeAdapter[Any]]] = {}
@@ -477,12 +487,31 @@ class OpenApi30(GenerateJsonSchema):
 def tool_schema(model: type[RequestBody], *, leave_out: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The JSON schema of ``model``'s fields for an MCP tool's arguments: ``properties``, ``required`` and the
     nested models under ``$defs`` (fields in ``leave_out`` are not arguments of the tool)."""
-    schema = model.model_json_schema(ref_template="#/$defs/{model}", schema_generator=OpenApi30, mode="validation")
+    schema = _json_schema_dialect(
+        model.model_json_schema(ref_template="#/$defs/{model}", schema_generator=OpenApi30, mode="validation")
+    )
     return {
         "properties": {k: v for k, v in schema["properties"].items() if k not in leave_out},
         "required": tuple(k for k in schema.get("required", ()) if k not in leave_out),
         "$defs": schema.get("$defs", {}),
     }
+
+
+def _json_schema_dialect(node: Any) -> Any:
+    """An OpenAPI 3.0 schema in plain JSON Schema (what MCP clients read): ``nullable`` becomes a "null" type,
+    an exclusive bound flag becomes the bound itself."""
+    if isinstance(node, list):
+        return [_json_schema_dialect(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    converted = {key: _json_schema_dialect(value) for key, value in node.items()}
+    if converted.pop("nullable", False):
+        if "type" not in converted:
+            return {"anyOf": [converted, {"type": "null"}]}
+        converted["type"] = [converted["type"], "null"]
+    if converted.get("exclusiveMinimum") is True:
+        converted["exclusiveMinimum"] = converted.pop("minimum")
+    return converted
 
 
 def openapi_schema(model: type[RequestBody], *, ref_template: str = "#/components/schemas/{model}") -> dict[str, Any]:

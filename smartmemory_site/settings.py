@@ -274,6 +274,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Long-term memory for AI agents: memories, surfacing, evolution.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Request bodies are RequestBody models that say themselves which fields a PATCH may leave out; no
+    # "Patched" copy of a component.
+    "COMPONENT_SPLIT_PATCH": False,
     # The docs' JavaScript, CSS and favicon come from our static files, never a CDN: a self-hosted install
     # may have no internet at all.
     "SWAGGER_UI_DIST": "SIDECAR",

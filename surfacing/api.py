@@ -7,7 +7,6 @@ part of using a working context, so any member may pin for their session.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from django.utils import timezone
@@ -18,26 +17,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.errors import InvalidInput
+from core.schemas import parse
 from memories import selectors as memory_selectors
 from memories.models import Workspace
 from memories.serializers import ErrorOut, MemoryOut, iso_z, memory_json
-from surfacing import retrieval, selectors, services
+from surfacing import inputs, retrieval, selectors, services
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut}
-CONTEXT_FIELDS = frozenset({"session_id", "query", "k", "max_tokens", "strategy", "mode", "explain"})
-SEARCH_FIELDS = frozenset({"query", "k", "session_id"})
-SETTINGS_FIELDS = frozenset({"surfacing", "evolution"})
-
-
-def _body(request: Request, allowed: frozenset[str]) -> Mapping[str, Any]:
-    data = request.data
-    if not isinstance(data, Mapping):
-        raise InvalidInput("body: expected a JSON object", field="body")
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise InvalidInput(f"{unknown[0]}: unknown field; expected {', '.join(sorted(allowed))}", field=unknown[0])
-    return data
 
 
 def _item_json(item: retrieval.ContextItem | retrieval.DeclinedItem) -> dict[str, Any]:
@@ -75,19 +61,6 @@ def settings_json(current: selectors.WorkspaceSettings) -> dict[str, Any]:
 
 
 # -- schema documentation ---------------------------------------------------------------------------
-
-
-class ContextIn(drf.Serializer[Any]):
-    session_id = drf.CharField(required=False, allow_blank=True)
-    query = drf.CharField()
-    k = drf.IntegerField(required=False, min_value=1, max_value=100, default=20)
-    max_tokens = drf.IntegerField(required=False, allow_null=True)
-    strategy = drf.ChoiceField(
-        required=False,
-        choices=["fast:recency", "factual:point-query", "deep:multi-hop", "procedural:lookup", "temporal:windowed"],
-    )
-    mode = drf.ChoiceField(required=False, choices=["legacy", "router"])
-    explain = drf.BooleanField(required=False, default=False)
 
 
 class ScoreFactorsOut(drf.Serializer[Any]):
@@ -157,12 +130,6 @@ class ContextOut(drf.Serializer[Any]):
     declined = DeclinedItemOut(many=True, required=False, help_text="only with explain: true")
 
 
-class SearchIn(drf.Serializer[Any]):
-    query = drf.CharField()
-    k = drf.IntegerField(required=False, min_value=1, max_value=100, default=10)
-    session_id = drf.CharField(required=False, allow_blank=True)
-
-
 class SearchHitOut(MemoryOut):
     score = drf.FloatField()
 
@@ -172,13 +139,9 @@ class SearchOut(drf.Serializer[Any]):
     results = SearchHitOut(many=True)
 
 
-class SettingsBody(drf.Serializer[Any]):
+class SettingsOut(drf.Serializer[Any]):
     surfacing = drf.DictField(required=False)
     evolution = drf.DictField(required=False)
-
-
-class PinIn(drf.Serializer[Any]):
-    weight = drf.FloatField(required=False)
 
 
 class PinOut(drf.Serializer[Any]):
@@ -191,92 +154,76 @@ class PinOut(drf.Serializer[Any]):
 # -- views ------------------------------------------------------------------------------------------
 
 
-def working_context_for(workspace: Workspace, data: Mapping[str, Any]) -> retrieval.WorkingContext:
-    """``get_working_context`` for a request body (REST's /context/ and the MCP tool): ``query`` already
-    checked present; the service validates every other field and names it."""
-    explain = data.get("explain", False)
-    if not isinstance(explain, bool):
-        raise InvalidInput("explain: expected true or false", field="explain")
+def working_context_for(workspace: Workspace, data: Any) -> retrieval.WorkingContext:
+    """``get_working_context`` for a request body (REST's /context/ and the MCP tool)."""
+    body = parse(inputs.ContextIn, data)
     return retrieval.get_working_context(
         workspace,
-        data.get("session_id"),
-        data["query"],
-        k=data.get("k", 20),
-        max_tokens=data.get("max_tokens"),
-        strategy=data.get("strategy"),
-        mode=data.get("mode"),
-        explain=explain,
+        body.session_id,
+        body.query,
+        k=body.k,
+        max_tokens=body.max_tokens,
+        strategy=body.strategy,
+        mode=body.mode,
+        explain=body.explain,
     )
+
+
+def search_for(workspace: Workspace, data: Any) -> dict[str, Any]:
+    """Direct retrieval for a request body (REST's /search/ and the MCP tool), as the contract's JSON."""
+    body = parse(inputs.SearchIn, data)
+    result = retrieval.search(workspace, body.query, k=body.k, session_id=body.session_id)
+    now = timezone.now()
+    return {
+        "result_set": str(result.result_set),
+        "results": [{**memory_json(hit.memory, now, workspace=workspace), "score": hit.score} for hit in result.hits],
+    }
 
 
 class WorkingContextApi(APIView):
     # A read that arrives as a POST: outside the per-user write limit (core.throttles).
     throttle_classes = ()
 
-    @extend_schema(request=ContextIn, responses={200: ContextOut, **ERRORS})
+    @extend_schema(request=inputs.ContextIn, responses={200: ContextOut, **ERRORS})
     def post(self, request: Request, ws: str) -> Response:
         access = memory_selectors.workspace_access(user=request.user, slug=ws)
-        data = _body(request, CONTEXT_FIELDS)
-        if "query" not in data:
-            raise InvalidInput("query: this field is required", field="query")
-        return Response(context_json(working_context_for(access.workspace, data)))
+        return Response(context_json(working_context_for(access.workspace, request.data)))
 
 
 class SearchApi(APIView):
     # A read that arrives as a POST: outside the per-user write limit (core.throttles).
     throttle_classes = ()
 
-    @extend_schema(request=SearchIn, responses={200: SearchOut, **ERRORS})
+    @extend_schema(request=inputs.SearchIn, responses={200: SearchOut, **ERRORS})
     def post(self, request: Request, ws: str) -> Response:
         access = memory_selectors.workspace_access(user=request.user, slug=ws)
-        data = _body(request, SEARCH_FIELDS)
-        if "query" not in data:
-            raise InvalidInput("query: this field is required", field="query")
-        session_id = data.get("session_id") or ""
-        if not isinstance(session_id, str):
-            raise InvalidInput("session_id: expected a string", field="session_id")
-        result = retrieval.search(access.workspace, data["query"], k=data.get("k", 10), session_id=session_id)
-        now = timezone.now()
-        return Response(
-            {
-                "result_set": str(result.result_set),
-                "results": [
-                    {**memory_json(hit.memory, now, workspace=access.workspace), "score": hit.score}
-                    for hit in result.hits
-                ],
-            }
-        )
+        return Response(search_for(access.workspace, request.data))
 
 
 class SettingsApi(APIView):
-    @extend_schema(responses={200: SettingsBody, **ERRORS})
+    @extend_schema(responses={200: SettingsOut, **ERRORS})
     def get(self, request: Request, ws: str) -> Response:
         access = memory_selectors.workspace_access(user=request.user, slug=ws)
         return Response(settings_json(selectors.workspace_settings(workspace=access.workspace)))
 
-    @extend_schema(request=SettingsBody, responses={200: SettingsBody, **ERRORS})
+    @extend_schema(request=inputs.SettingsIn, responses={200: SettingsOut, **ERRORS})
     def patch(self, request: Request, ws: str) -> Response:
         access = memory_selectors.workspace_access(user=request.user, slug=ws, require="edit")
-        data = _body(request, SETTINGS_FIELDS)
+        body = parse(inputs.SettingsIn, request.data)
         current = services.settings_update(
-            workspace=access.workspace,
-            actor=request.user,
-            surfacing=data.get("surfacing"),
-            evolution=data.get("evolution"),
+            workspace=access.workspace, actor=request.user, surfacing=body.surfacing, evolution=body.evolution
         )
         return Response(settings_json(current))
 
 
 class SessionPinApi(APIView):
-    @extend_schema(request=PinIn, responses={200: PinOut, **ERRORS, 409: ErrorOut})
+    @extend_schema(request=inputs.PinIn, responses={200: PinOut, **ERRORS, 409: ErrorOut})
     def put(self, request: Request, ws: str, sid: str, memory_id: str) -> Response:
         access = memory_selectors.workspace_access(user=request.user, slug=ws)
-        data = request.data if isinstance(request.data, Mapping) else {}
-        unknown = sorted(set(data) - {"weight"})
-        if unknown:
-            raise InvalidInput(f"{unknown[0]}: unknown field; expected weight", field=unknown[0])
+        # A PUT without a body pins with the default weight.
+        body = parse(inputs.PinIn, request.data or {})
         memory = memory_selectors.memory_get(workspace=access.workspace, memory_id=memory_id, field="memory_id")
-        pin = services.pin_put(workspace=access.workspace, session_id=sid, memory=memory, weight=data.get("weight"))
+        pin = services.pin_put(workspace=access.workspace, session_id=sid, memory=memory, weight=body.weight)
         return Response(
             {
                 "session_id": sid,

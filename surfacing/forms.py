@@ -12,8 +12,8 @@ from typing import Any
 from django import forms
 
 from surfacing.algorithms.router import Strategy
+from surfacing.inputs import MAX_K, MAX_QUERY_CHARS, MAX_SESSION_CHARS
 from surfacing.inspector import KNOBS
-from surfacing.retrieval import MAX_K, MAX_QUERY_CHARS, MAX_SESSION_CHARS
 from surfacing.settings import SurfacingSettings
 
 MODE_CHOICES = [("legacy", "Legacy"), ("router", "Router")]

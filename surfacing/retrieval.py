@@ -42,6 +42,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.utils import timezone
 
 from core.errors import InvalidInput
+from core.schemas import check_value
 from graph.algorithms import (
     SPREAD_EDGE_CODES,
     edge_type_mask,
@@ -53,12 +54,11 @@ from memories.algorithms.activation import BOOST_CO_RETRIEVED, BOOST_DIRECT, BOO
 from memories.algorithms.entities import count_entities
 from memories.algorithms.fts import query_terms
 from memories.embeddings import embedder_for, query_vector_soon
-from memories.inputs import refuse_unstorable
 from memories.models import Memory, MemoryType, RetrievalSource, Workspace
 from memories.selectors import lexical_search
 from memories.signalbus import retrieval_signals
 from memories.vectorindex import vector_search
-from surfacing import selectors
+from surfacing import inputs, selectors
 from surfacing.algorithms.anchors import anchor_drift_warnings
 from surfacing.algorithms.budget import BudgetResult, apply_budget, estimate_tokens_array, min_required_tokens
 from surfacing.algorithms.composite import (
@@ -77,6 +77,7 @@ from surfacing.algorithms.relevance import fuse, normalise_bm25, normalise_dense
 from surfacing.algorithms.router import RouteDecision, Strategy, parse_strategy, route
 from surfacing.algorithms.spreading import SpreadHit, spread
 from surfacing.algorithms.temporal import asks_when, says_when
+from surfacing.inputs import MAX_K
 from surfacing.settings import (
     SurfacingSettings,
     effective_settings,
@@ -97,9 +98,6 @@ __all__ = [
 User = AbstractBaseUser | AnonymousUser
 FloatArray = npt.NDArray[np.float64]
 
-MAX_K = 100
-MAX_QUERY_CHARS = 2_000
-MAX_SESSION_CHARS = 128
 DECLINED_SHOWN = 20
 SCAFFOLDING_TYPES = frozenset({MemoryType.ENTITY.value, MemoryType.SESSION.value})
 """Memory types that join others in the graph and carry no content of their own."""
@@ -171,62 +169,31 @@ class SearchResult:
 
 
 def _validate_k(k: object) -> int:
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise InvalidInput(f"k: expected a whole number between 1 and {MAX_K}, got {k!r}", field="k")
-    if not 1 <= k <= MAX_K:
-        raise InvalidInput(f"k: must be between 1 and {MAX_K}, got {k}", field="k")
-    return k
+    return int(check_value(inputs.K, k, "k"))
 
 
 def _validate_query(query: object) -> str:
-    if not isinstance(query, str):
-        raise InvalidInput("query: expected a string", field="query")
-    if not query.strip():
-        raise InvalidInput("query: must not be blank", field="query")
-    if len(query) > MAX_QUERY_CHARS:
-        raise InvalidInput(f"query: longer than {MAX_QUERY_CHARS} characters", field="query")
-    return query
+    return str(check_value(inputs.Query, query, "query"))
 
 
 def validate_session(session_id: object) -> str:
-    if session_id is None:
-        return ""
-    if not isinstance(session_id, str):
-        raise InvalidInput("session_id: expected a string", field="session_id")
-    if len(session_id) > MAX_SESSION_CHARS:
-        raise InvalidInput(f"session_id: longer than {MAX_SESSION_CHARS} characters", field="session_id")
-    refuse_unstorable(session_id, "session_id")  # pins store it
-    return session_id.strip()
+    """A session id as pins and retrieval events store it ("" for none)."""
+    return str(check_value(inputs.SessionId, session_id, "session_id"))
 
 
 def _validate_strategy(strategy: object) -> Strategy | None:
-    if strategy is None or strategy == "":
-        return None
-    if not isinstance(strategy, str):
-        raise InvalidInput("strategy: expected a strategy name", field="strategy")
-    try:
-        return parse_strategy(strategy)
-    except ValueError as exc:
-        raise InvalidInput(f"strategy: {exc}", code="unknown_strategy", field="strategy") from None
+    name = check_value(inputs.StrategyName, strategy, "strategy")
+    return None if name is None else parse_strategy(name)
 
 
 def _validate_mode(mode: object, default: str) -> SurfacingMode:
-    if mode is None or mode == "":
-        return SurfacingMode(default)
-    if not isinstance(mode, str) or mode not in [m.value for m in SurfacingMode]:
-        allowed = ", ".join(m.value for m in SurfacingMode)
-        raise InvalidInput(f"mode: {mode!r} is not one of {allowed}", code="unknown_mode", field="mode")
-    return SurfacingMode(mode)
+    name = check_value(inputs.ModeName, mode, "mode")
+    return SurfacingMode(default if name is None else name)
 
 
 def _validate_max_tokens(max_tokens: object) -> int | None:
-    if max_tokens is None:
-        return None
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
-        raise InvalidInput(f"max_tokens: expected a whole number, got {max_tokens!r}", field="max_tokens")
-    if max_tokens < 1:
-        raise InvalidInput("max_tokens: must be at least 1", field="max_tokens")
-    return max_tokens
+    checked: int | None = check_value(inputs.MaxTokens, max_tokens, "max_tokens")
+    return checked
 
 
 def _decide(query: str, mode: SurfacingMode, explicit: Strategy | None) -> RouteDecision:

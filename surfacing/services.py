@@ -5,7 +5,6 @@ Retrieval itself (get_working_context, search) is ``surfacing.retrieval``.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -13,13 +12,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import InvalidInput
+from core.schemas import check_value
 from history import audit
 from history.models import Action
 from memories.embeddings import embedder_for
 from memories.models import Memory, Workspace
-from surfacing import selectors
+from surfacing import inputs, selectors
+from surfacing.inputs import PIN_WEIGHT_MAX
 from surfacing.pins import Pin, pin_store
-from surfacing.retrieval import validate_session
 from surfacing.settings import (
     effective_evolution,
     effective_settings,
@@ -31,27 +31,16 @@ __all__ = ["PIN_WEIGHT_MAX", "pin_delete", "pin_put", "settings_update"]
 
 User = AbstractBaseUser | AnonymousUser
 
-PIN_WEIGHT_MAX = 10.0
-
 
 # -- pins -------------------------------------------------------------------------------------------
 
 
 def _validate_weight(weight: object) -> float:
-    if weight is None:
-        return 1.0
-    if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
-        raise InvalidInput("weight: expected a number", field="weight")
-    if not 0.0 < float(weight) <= PIN_WEIGHT_MAX:
-        raise InvalidInput(f"weight: must be within (0, {PIN_WEIGHT_MAX}]", field="weight")
-    return float(weight)
+    return float(check_value(inputs.PinWeight, weight, "weight"))
 
 
 def _validate_pin_session(session_id: object) -> str:
-    session = validate_session(session_id)
-    if not session:
-        raise InvalidInput("session_id: must not be blank", field="session_id")
-    return session
+    return str(check_value(inputs.PinSession, session_id, "session_id"))
 
 
 def pin_put(*, workspace: Workspace, session_id: str, memory: Memory, weight: object = None) -> Pin:

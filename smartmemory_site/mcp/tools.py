@@ -21,7 +21,7 @@ from django.utils import timezone
 from rest_framework import exceptions
 
 from core.errors import DomainError, InvalidInput, NotFound
-from core.schemas import tool_schema
+from core.schemas import RequestBody, parse, tool_schema
 from core.throttles import throttle_hit
 from evolution import engine, engine_inputs
 from evolution import selectors as evolution_selectors
@@ -33,12 +33,9 @@ from evolution.typed_selectors import proposal_list
 from memories import inputs, services
 from memories import selectors as memory_selectors
 from memories.serializers import iso_z, memory_json
-from surfacing import retrieval
+from surfacing import inputs as surfacing_inputs
 from surfacing import services as surfacing_services
-from surfacing.algorithms.composite import SurfacingMode
-from surfacing.algorithms.router import Strategy
-from surfacing.api import context_json, working_context_for
-from surfacing.services import PIN_WEIGHT_MAX
+from surfacing.api import context_json, search_for, working_context_for
 
 Json = dict[str, Any]
 
@@ -150,40 +147,28 @@ def _when(description: str) -> Json:
     return _string(description + " (ISO 8601, e.g. 2026-01-31T09:00:00Z)", format="date-time")
 
 
-_QUERY = _string("what the agent is working on, in words", minLength=1, maxLength=retrieval.MAX_QUERY_CHARS)
-_SESSION = _string("the agent's session id (pins and retrieval events belong to it)", maxLength=128)
-_MEMORY_ID = _string("the memory's id", format="uuid")
-
-_CONTEXT_PROPERTIES: Json = {
-    "query": _QUERY,
-    "session_id": _SESSION,
-    "k": _integer("how many items at most", minimum=1, maximum=retrieval.MAX_K, default=20),
-    "max_tokens": _integer("token budget of the items (anchors always fit)", minimum=1),
-    "strategy": _string("force a strategy instead of the router's choice", enum=[s.value for s in Strategy]),
-    "mode": _string("surfacing mode; default: the workspace's setting", enum=[m.value for m in SurfacingMode]),
-    "explain": {"type": "boolean", "description": "also list the next candidates and what held each down"},
-}
-
-_SEARCH_PROPERTIES: Json = {
-    "query": _QUERY,
-    "k": _integer("how many hits at most", minimum=1, maximum=retrieval.MAX_K, default=10),
-    "session_id": _SESSION,
-}
-
 # The request bodies of the REST API document these tools' arguments too (id and workspace: an export's keys).
 _MEMORY = tool_schema(inputs.MemoryIn, leave_out=frozenset({"id", WORKSPACE}))
 _CONVERSATION = tool_schema(inputs.ConversationIn)
 
-_PIN_PROPERTIES: Json = {
-    "session_id": _string("the session the pin belongs to", minLength=1, maxLength=128),
-    "memory_id": _MEMORY_ID,
-    "weight": {
-        "type": "number",
-        "exclusiveMinimum": 0,
-        "maximum": PIN_WEIGHT_MAX,
-        "description": "how strongly the pin lifts the memory (default 1)",
-    },
-}
+
+class PinArgs(RequestBody):
+    """A pin tool's arguments: the REST call's path parameters and its body in one object."""
+
+    session_id: surfacing_inputs.PinSession
+    memory_id: inputs.MemoryRef
+    weight: surfacing_inputs.PinWeight = 1.0
+
+
+class UnpinArgs(RequestBody):
+    session_id: surfacing_inputs.PinSession
+    memory_id: inputs.MemoryRef
+
+
+_CONTEXT = tool_schema(surfacing_inputs.ContextIn)
+_SEARCH = tool_schema(surfacing_inputs.SearchIn)
+_PIN = tool_schema(PinArgs)
+_UNPIN = tool_schema(UnpinArgs)
 
 _TEXT = engine_inputs.MAX_TEXT
 
@@ -220,7 +205,7 @@ _REFLECTION_PROPERTIES: Json = {
 }
 
 _HISTORY_PROPERTIES: Json = {
-    "memory_id": _MEMORY_ID,
+    "memory_id": _string("the memory's id", format="uuid"),
     "limit": _integer("records per page (default 50)", minimum=1, maximum=1000),
     "before": _integer("records older than this id (the previous page's next)", minimum=0),
 }
@@ -241,17 +226,7 @@ def _working_context(access: memory_selectors.WorkspaceAccess, user: AbstractBas
 
 
 def _search(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
-    session_id = body.get("session_id") or ""
-    if not isinstance(session_id, str):
-        raise InvalidInput("session_id: expected a string", field="session_id")
-    result = retrieval.search(access.workspace, body["query"], k=body.get("k", 10), session_id=session_id)
-    now = timezone.now()
-    return {
-        "result_set": str(result.result_set),
-        "results": [
-            {**memory_json(hit.memory, now, workspace=access.workspace), "score": hit.score} for hit in result.hits
-        ],
-    }
+    return search_for(access.workspace, body)
 
 
 def _add_memory(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
@@ -269,12 +244,13 @@ def _ingest(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, bo
 
 
 def _pin(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
-    memory = memory_selectors.memory_get(workspace=access.workspace, memory_id=body["memory_id"], field="memory_id")
+    args = parse(PinArgs, body)
+    memory = memory_selectors.memory_get(workspace=access.workspace, memory_id=args.memory_id, field="memory_id")
     pin = surfacing_services.pin_put(
-        workspace=access.workspace, session_id=body["session_id"], memory=memory, weight=body.get("weight")
+        workspace=access.workspace, session_id=args.session_id, memory=memory, weight=args.weight
     )
     return {
-        "session_id": body["session_id"],
+        "session_id": args.session_id,
         "memory_id": str(pin.memory_id),
         "weight": pin.weight,
         "expires_at": iso_z(pin.expires_at),
@@ -282,9 +258,10 @@ def _pin(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body:
 
 
 def _unpin(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
-    memory = memory_selectors.memory_get(workspace=access.workspace, memory_id=body["memory_id"], field="memory_id")
-    removed = surfacing_services.pin_delete(workspace=access.workspace, session_id=body["session_id"], memory=memory)
-    return {"session_id": body["session_id"], "memory_id": str(memory.id), "removed": removed}
+    args = parse(UnpinArgs, body)
+    memory = memory_selectors.memory_get(workspace=access.workspace, memory_id=args.memory_id, field="memory_id")
+    removed = surfacing_services.pin_delete(workspace=access.workspace, session_id=args.session_id, memory=memory)
+    return {"session_id": args.session_id, "memory_id": str(memory.id), "removed": removed}
 
 
 def _outcome(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
@@ -337,8 +314,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "recency, centrality, pins, anchors) and provenance (how it was found), plus drift warnings. "
             "Call it at the start of a task and when the task changes; the items it returns are warmed up."
         ),
-        properties=_CONTEXT_PROPERTIES,
-        required=("query",),
+        properties=_CONTEXT["properties"],
+        required=_CONTEXT["required"],
         require="view",
         counts_as_write=False,
         read_only=False,
@@ -349,8 +326,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="search_memories",
         title="Search memories",
         description="Direct retrieval: the memories most relevant to a query, best first, with a score in [0, 1].",
-        properties=_SEARCH_PROPERTIES,
-        required=("query",),
+        properties=_SEARCH["properties"],
+        required=_SEARCH["required"],
         require="view",
         counts_as_write=False,
         read_only=False,
@@ -390,8 +367,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="pin_memory",
         title="Pin a memory for a session",
         description="Keep a memory in the session's working context for 24 hours (any member may pin).",
-        properties=_PIN_PROPERTIES,
-        required=("session_id", "memory_id"),
+        properties=_PIN["properties"],
+        required=_PIN["required"],
         require="view",
         counts_as_write=True,
         read_only=False,
@@ -402,8 +379,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="unpin_memory",
         title="Unpin a memory",
         description="Remove a session's pin; removed is false when there was none.",
-        properties={k: v for k, v in _PIN_PROPERTIES.items() if k != "weight"},
-        required=("session_id", "memory_id"),
+        properties=_UNPIN["properties"],
+        required=_UNPIN["required"],
         require="view",
         counts_as_write=True,
         read_only=False,

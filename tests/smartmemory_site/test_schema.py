@@ -228,14 +228,14 @@ def test_every_surfacing_endpoint_returns_exactly_what_it_documents(
 
 
 def test_the_documented_surfacing_inputs_are_the_fields_the_api_accepts(schema: dict[str, Any]) -> None:
-    from surfacing.api import CONTEXT_FIELDS, SEARCH_FIELDS
+    from surfacing.inputs import ContextIn, SearchIn
 
     def fields_of(path: str) -> set[str]:
         body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
         return set(_resolve(schema, body)["properties"])
 
-    assert fields_of("/api/v1/workspaces/{ws}/context/") == CONTEXT_FIELDS
-    assert fields_of("/api/v1/workspaces/{ws}/search/") == SEARCH_FIELDS
+    assert fields_of("/api/v1/workspaces/{ws}/context/") == set(ContextIn.model_fields)
+    assert fields_of("/api/v1/workspaces/{ws}/search/") == set(SearchIn.model_fields)
 
 
 def test_the_run_list_and_a_run_return_exactly_what_they_document(
