@@ -40,9 +40,12 @@ from core.errors import InvalidInput
 MAX_JSON_DEPTH = 32
 """Nesting of objects and lists in a free-form JSON field: deep enough for any real document, shallow enough
 that no encoder or walker down the line (orjson stops at 255) recurses into trouble."""
+MAX_BIGINT = 2**63 - 1
+"""The largest integer a query parameter may hold (a database BIGINT)."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 Model = TypeVar("Model", bound="RequestBody")
+QueryT = TypeVar("QueryT", bound="QueryParams")
 
 
 class RequestBody(BaseModel):
@@ -52,6 +55,13 @@ class RequestBody(BaseModel):
 
     unknown_field: ClassVar[str] = "unknown field"
     """How a field the body does not know is refused (a PATCH says it cannot be changed)."""
+
+
+class QueryParams(RequestBody):
+    """The query parameters of a GET: every value arrives as text, which the field's kind reads (``Flag``,
+    ``WholeNumber``); a parameter the model does not name is left alone (DRF's ``format``, a cache buster)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
 
 def reject(reason: str, code: str = "invalid") -> NoReturn:
@@ -74,12 +84,13 @@ def unstorable_reason(value: str) -> str | None:
 # -- turning pydantic's errors into ours -----------------------------------------------------------------
 
 
-def field_path(loc: Sequence[int | str], prefix: str = "") -> str:
-    """``("items", 3, "content")`` as ``items[3].content``; an empty location is the body itself."""
+def field_path(loc: Sequence[int | str], prefix: str = "", *, indexes: bool = True) -> str:
+    """``("items", 3, "content")`` as ``items[3].content``; an empty location is the body itself. Without
+    ``indexes`` a position in a list is left out (a repeated query parameter is named as itself)."""
     path = prefix.rstrip(".")
     for part in loc:
         if isinstance(part, int):
-            path += f"[{part}]"
+            path += f"[{part}]" if indexes else ""
         else:
             path = f"{path}.{part}" if path else str(part)
     return path or "body"
@@ -113,9 +124,9 @@ def _reason(error: Mapping[str, Any], model: type[RequestBody]) -> str:
     return str(error["msg"])
 
 
-def parse(model: type[Model], data: Any, *, prefix: str = "") -> Model:
+def parse(model: type[Model], data: Any, *, prefix: str = "", indexes: bool = True) -> Model:
     """Validate ``data`` (a decoded JSON body) as ``model``; a refusal is an ``InvalidInput`` naming the field
-    (under ``prefix``, for a body nested in another)."""
+    (under ``prefix``, for a body nested in another; see ``field_path`` for ``indexes``)."""
     if not isinstance(data, Mapping):
         name = field_path((), prefix)
         raise InvalidInput(f"{name}: expected a JSON object", field=name)
@@ -125,7 +136,8 @@ def parse(model: type[Model], data: Any, *, prefix: str = "") -> Model:
         errors = exc.errors(include_url=False, include_input=False)
         # An unknown field says most about a mistaken body (a typo, a client written for another version).
         error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-        raise _invalid(error, field_path(error["loc"], prefix), _owner(model, error["loc"])) from None
+        name = field_path(error["loc"], prefix, indexes=indexes)
+        raise _invalid(error, name, _owner(model, error["loc"])) from None
 
 
 def _invalid(error: Mapping[str, Any], name: str, model: type[RequestBody]) -> InvalidInput:
@@ -363,6 +375,52 @@ class Documented(Kind):
         return dict(self.schema)
 
 
+@dataclass(frozen=True, eq=False)
+class Flag(Kind):
+    """A query parameter read as true (1, true, yes, on) or false (0, false, no, off); blank is not given."""
+
+    description: str | None = None
+
+    def check(self, value: Any) -> bool | None:
+        if value is None or isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text == "":
+            return None
+        if text in {"1", "true", "yes", "on"}:
+            return True
+        if text in {"0", "false", "no", "off"}:
+            return False
+        reject("expected true or false")
+
+    def json_schema(self) -> dict[str, Any]:
+        return _described({"type": "boolean"}, self.description)
+
+
+@dataclass(frozen=True, eq=False)
+class WholeNumber(Kind):
+    """A query parameter read as an integer in [minimum, maximum] (at most a database BIGINT); blank is not
+    given."""
+
+    minimum: int = 0
+    maximum: int = MAX_BIGINT
+    description: str | None = None
+
+    def check(self, value: Any) -> int | None:
+        if value is None or value == "":
+            return None
+        text = str(value).strip()
+        if isinstance(value, bool) or len(text) > 20 or not text.lstrip("-").isdigit():
+            reject("expected an integer")
+        number = int(text)
+        if not self.minimum <= number <= self.maximum:
+            reject(f"must be between {self.minimum} and {self.maximum}")
+        return number
+
+    def json_schema(self) -> dict[str, Any]:
+        return _described({"type": "integer", "minimum": self.minimum, "maximum": self.maximum}, self.description)
+
+
 def _described(schema: dict[str, Any], description: str | None) -> dict[str, Any]:
     return schema | {"description": description} if description else schema
 
@@ -512,6 +570,50 @@ def _json_schema_dialect(node: Any) -> Any:
     if converted.get("exclusiveMinimum") is True:
         converted["exclusiveMinimum"] = converted.pop("minimum")
     return converted
+
+
+def parse_query(model: type[QueryT], params: Any) -> QueryT:
+    """Validate a GET's query parameters (a ``QueryDict`` or a plain mapping) as ``model``: a list field takes
+    every value given for its name, any other field the last one."""
+    data: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        if _is_list(field.annotation):
+            values = params.getlist(name) if hasattr(params, "getlist") else params.get(name)
+            if values:
+                data[name] = list(values) if isinstance(values, list | tuple) else [values]
+        elif params.get(name) is not None:
+            data[name] = params.get(name)
+    return parse(model, data, indexes=False)
+
+
+def _is_list(annotation: Any) -> bool:
+    origin = getattr(annotation, "__origin__", None)
+    if origin in (list, tuple):
+        return True
+    return any(_is_list(arg) for arg in getattr(annotation, "__args__", ()) if arg is not type(None))
+
+
+def query_parameters(model: type[QueryParams]) -> list[dict[str, Any]]:
+    """Each query parameter of ``model`` as ``{name, schema, description, required, many}``: what an
+    ``OpenApiParameter`` needs to document it."""
+    schema = openapi_schema(model)
+    required = set(schema.get("required", ()))
+    documented = []
+    for name, node in schema["properties"].items():
+        node = dict(node)
+        description = node.pop("description", "")
+        node.pop("default", None)
+        many = node.get("type") == "array"
+        documented.append(
+            {
+                "name": name,
+                "schema": node["items"] if many else node,
+                "description": description,
+                "required": name in required,
+                "many": many,
+            }
+        )
+    return documented
 
 
 def openapi_schema(model: type[RequestBody], *, ref_template: str = "#/components/schemas/{model}") -> dict[str, Any]:

@@ -6,14 +6,14 @@ from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.errors import InvalidInput
+from core.openapi import parameters_of
+from core.schemas import parse_query
 from memories import idempotency, inputs, selectors, serializers, services
 from memories.algorithms.activation import BOOST_DIRECT
 from memories.models import RetrievalSource
@@ -42,71 +42,6 @@ def _idempotent(request: Request, access: selectors.WorkspaceAccess, endpoint: s
     ).response()
 
 
-def _bool_param(request: Request, name: str) -> bool | None:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return None
-    if raw.lower() in {"1", "true", "yes"}:
-        return True
-    if raw.lower() in {"0", "false", "no"}:
-        return False
-    raise InvalidInput(f"{name}: expected true or false", field=name)
-
-
-def filters_from_query(params: Any) -> selectors.MemoryFilters:
-    """Read list filters from query parameters (shared by the API and the memory browser)."""
-
-    def bool_or_none(name: str) -> bool | None:
-        raw = params.get(name)
-        if raw in (None, ""):
-            return None
-        if str(raw).lower() in {"1", "true", "yes", "on"}:
-            return True
-        if str(raw).lower() in {"0", "false", "no", "off"}:
-            return False
-        raise InvalidInput(f"{name}: expected true or false", field=name)
-
-    compression = params.get("compression_tier") or None
-    compression_value: int | None = None
-    if compression is not None:
-        from memories.models import CompressionTier
-
-        names = {label.lower(): value for value, label in CompressionTier.choices}
-        key = str(compression).lower()
-        if key.isdigit() and int(key) in CompressionTier.values:
-            compression_value = int(key)
-        elif key in names:
-            compression_value = names[key]
-        else:
-            raise InvalidInput(
-                f"compression_tier: {compression!r} is not one of {', '.join(names)}",
-                field="compression_tier",
-            )
-    from memories.models import MemoryType, Status, Tier
-
-    for name, allowed in (("type", MemoryType.values), ("status", Status.values), ("tier", Tier.values)):
-        value = params.get(name) or ""
-        if value and value not in allowed:
-            raise InvalidInput(f"{name}: {value!r} is not one of {', '.join(allowed)}", field=name)
-    tags = tuple(t for t in (params.getlist("tag") if hasattr(params, "getlist") else []) if t)
-    # The free-text filters are compared with stored text: one PostgreSQL cannot hold is a 400, not a 500.
-    for name, text in (("origin", params.get("origin") or ""), *(("tag", t) for t in tags)):
-        inputs.refuse_unstorable(str(text), name)
-    return selectors.MemoryFilters(
-        memory_type=params.get("type") or "",
-        status=params.get("status") or "",
-        tier=params.get("tier") or "",
-        compression_tier=compression_value,
-        origin=params.get("origin") or "",
-        pinned=bool_or_none("pinned"),
-        has_conflicts=bool_or_none("has_conflicts"),
-        created_after=inputs.parse_when(params.get("created_after"), "created_after"),
-        created_before=inputs.parse_when(params.get("created_before"), "created_before"),
-        q=(params.get("q") or "").strip(),
-        tags=tags,
-    )
-
-
 class WorkspaceListCreateApi(APIView):
     @extend_schema(responses={200: serializers.WorkspacePageOut})
     def get(self, request: Request) -> Response:
@@ -126,43 +61,20 @@ class WorkspaceListCreateApi(APIView):
 
 class MemoryListCreateApi(APIView):
     @extend_schema(
-        parameters=[
-            OpenApiParameter("type", str),
-            OpenApiParameter("status", str),
-            OpenApiParameter("tier", str),
-            OpenApiParameter("compression_tier", str, description="full, summary, skeleton, tombstone, forgotten"),
-            OpenApiParameter("origin", str, description="origins that start with this text"),
-            OpenApiParameter("tag", str, many=True, description="memories that carry every tag given"),
-            OpenApiParameter("pinned", bool),
-            OpenApiParameter("has_conflicts", bool),
-            OpenApiParameter("created_after", OpenApiTypes.DATETIME),
-            OpenApiParameter("created_before", OpenApiTypes.DATETIME),
-            OpenApiParameter("q", str),
-            OpenApiParameter(
-                "ordering",
-                str,
-                description="created, updated, activation, retention or accessed (a leading - for descending), or "
-                "relevance: best match of q first (the default when q has words to search for, else -created)",
-            ),
-            OpenApiParameter("cursor", str),
-            OpenApiParameter("limit", int),
-        ],
+        parameters=parameters_of(inputs.MemoryListQuery),
         responses={200: serializers.MemoryPageOut, **ERRORS},
         operation_id="memories_list",
     )
     def get(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
-        try:
-            limit = int(request.query_params.get("limit", "50"))
-        except ValueError:
-            raise InvalidInput("limit: expected an integer", field="limit") from None
-        filters = filters_from_query(request.query_params)
+        query = parse_query(inputs.MemoryListQuery, request.query_params)
+        filters = query.filters()
         page = selectors.memory_list(
             workspace=access.workspace,
             filters=filters,
-            ordering=request.query_params.get("ordering") or selectors.default_ordering(filters),
-            cursor=request.query_params.get("cursor") or None,
-            limit=limit,
+            ordering=query.ordering or selectors.default_ordering(filters),
+            cursor=query.cursor or None,
+            limit=50 if query.limit is None else query.limit,
             # As the page: a bounded probe per type or search filter picks the plan that stays fast at 1M
             # memories (a common word in a date order gathered every match: 1.6-2.0 s, with it 15 ms).
             plan_probes=True,
@@ -216,13 +128,13 @@ class MemoryDetailApi(APIView):
         return Response(serializers.memory_json(memory, timezone.now(), workspace=access.workspace))
 
     @extend_schema(
-        parameters=[OpenApiParameter("confirm", bool, description="true deletes for good; otherwise archives")],
+        parameters=parameters_of(inputs.DeleteQuery),
         responses={200: serializers.MemoryOut, 204: None, **ERRORS},
     )
     def delete(self, request: Request, ws: str, memory_id: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         memory = selectors.memory_get(workspace=access.workspace, memory_id=memory_id)
-        if _bool_param(request, "confirm"):
+        if parse_query(inputs.DeleteQuery, request.query_params).confirm:
             services.memory_delete_hard(workspace=access.workspace, memory=memory, actor=request.user)
             return Response(status=status.HTTP_204_NO_CONTENT)
         memory = services.memory_archive(workspace=access.workspace, memory=memory, actor=request.user)

@@ -1,6 +1,6 @@
 """Forms of the memory browser: they validate what a person typed and hand plain values to services.
 
-The list filters are parsed by the same function as the REST list (`memories.api.filters_from_query`),
+The list filters are parsed by the same function as the REST list (`memories.inputs.filters_from_query`),
 so the browser and the API can never disagree on what a filter means; the form only adds labels,
 choices and the date pickers people expect.
 """
@@ -17,8 +17,7 @@ from django.http import QueryDict
 from django.utils.safestring import SafeString, mark_safe
 
 from memories import selectors
-from memories.api import filters_from_query
-from memories.inputs import MemoryInput
+from memories.inputs import MemoryInput, filters_from_query
 from memories.models import CompressionTier, MemoryType, Status, Tier
 from memories.services import BULK_ACTIONS, BULK_MAX, TAG_MAX_LENGTH
 

@@ -21,18 +21,24 @@ from core.errors import InvalidInput
 from core.schemas import (
     MAX_JSON_DEPTH,
     Documented,
+    Flag,
     Items,
     JsonObject,
+    Kind,
     Moment,
     Number,
     OneOf,
+    QueryParams,
     RequestBody,
     Text,
     When,
+    WholeNumber,
     parse,
+    parse_query,
     reject,
 )
-from memories.models import EdgeType, MemoryType, Status, Tier
+from memories.models import CompressionTier, EdgeType, MemoryType, Status, Tier
+from memories.selectors import ORDERINGS, RELEVANCE, MemoryFilters
 
 MAX_CONTENT_CHARS = 100_000
 MAX_TAGS = 32
@@ -40,6 +46,8 @@ MAX_TAG_CHARS = 64
 MAX_METADATA_BYTES = 64 * 1024
 MAX_BULK_ITEMS = 5_000
 MAX_TURNS = 20_000
+MAX_QUERY_CHARS = 2_000
+"""A list search's words (the same bound as a working-context query)."""
 MAX_METADATA_DEPTH = MAX_JSON_DEPTH
 MAX_INT = 2**63 - 1
 """The largest integer a query parameter may hold (a database BIGINT)."""
@@ -302,7 +310,80 @@ class EdgeIn(RequestBody):
     weight: Annotated[float, Number(0.0, 1000.0, exclusive_minimum=True, null_as=1.0)] = 1.0
 
 
+class CompressionTierName(Kind):
+    """A compression tier by name (full, summary, ...) or number, as the list filter reads it."""
+
+    def __init__(self) -> None:
+        self.names = {label.lower(): value for value, label in CompressionTier.choices}
+
+    def check(self, value: Any) -> int | None:
+        if value is None or value == "":
+            return None
+        key = str(value).lower()
+        if key.isdigit() and int(key) in CompressionTier.values:
+            return int(key)
+        if key in self.names:
+            return self.names[key]
+        reject(f"{value!r} is not one of {', '.join(self.names)}")
+
+    def json_schema(self) -> dict[str, Any]:
+        return {"type": "string", "enum": list(self.names), "description": "how far the memory is compressed"}
+
+
+class MemoryListQuery(QueryParams):
+    """GET memories/ (and the memory browser's filters): which memories, in what order, which page."""
+
+    type: Annotated[str | None, OneOf(MEMORY_TYPES, optional=True)] = None
+    status: Annotated[str | None, OneOf(tuple(Status.values), optional=True)] = None
+    tier: Annotated[str | None, OneOf(TIERS, optional=True)] = None
+    compression_tier: Annotated[int | None, CompressionTierName()] = None
+    origin: Annotated[str, Text(120, null=True, description="origins that start with this text")] = ""
+    tag: list[Annotated[str, Text(MAX_TAG_CHARS)]] = Field(
+        default_factory=list, description="memories that carry every tag given"
+    )
+    pinned: Annotated[bool | None, Flag()] = None
+    has_conflicts: Annotated[bool | None, Flag()] = None
+    created_after: When = None
+    created_before: When = None
+    q: Annotated[str, Text(MAX_QUERY_CHARS, null=True, clean=str.strip, description="words to search for")] = ""
+    ordering: Annotated[
+        str | None,
+        OneOf(
+            (*ORDERINGS, RELEVANCE),
+            optional=True,
+            description="created, updated, activation, retention or accessed (a leading - for descending), or "
+            "relevance: best match of q first (the default when q has words to search for, else -created)",
+        ),
+    ] = None
+    cursor: Annotated[str, Text(512, null=True, description="the next (or previous) of the page before")] = ""
+    limit: Annotated[int | None, WholeNumber(1, 500, description="memories per page (default 50)")] = None
+
+    def filters(self) -> MemoryFilters:
+        return MemoryFilters(
+            memory_type=self.type or "",
+            status=self.status or "",
+            tier=self.tier or "",
+            compression_tier=self.compression_tier,
+            origin=self.origin,
+            pinned=self.pinned,
+            has_conflicts=self.has_conflicts,
+            created_after=self.created_after,
+            created_before=self.created_before,
+            q=self.q,
+            tags=tuple(t for t in self.tag if t),
+        )
+
+
+class DeleteQuery(QueryParams):
+    confirm: Annotated[bool | None, Flag(description="true deletes for good; otherwise the memory is archived")] = None
+
+
 # -- entry points -----------------------------------------------------------------------------------------
+
+
+def filters_from_query(params: Any) -> MemoryFilters:
+    """The list filters of a query (the REST list's parameters, the memory browser's form)."""
+    return parse_query(MemoryListQuery, params).filters()
 
 
 def memory_input(raw: Any, *, prefix: str = "") -> MemoryInput:

@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from smartmemory_site import openapi  # noqa: F401  (registers how request bodies are documented)
+from core import openapi  # noqa: F401  (registers how request bodies are documented)
 from smartmemory_site.health import healthz
 
 api_patterns = [

@@ -2,7 +2,8 @@
 
 drf-spectacular ships an extension for pydantic models that writes their serialisation schema; a request body
 is documented by what it accepts (its validation schema, in the OpenAPI 3.0 dialect the document uses), and
-nested bodies become shared components. Imported by the URL configuration, which registers it.
+nested bodies become shared components. Imported by the URL configuration, which registers it. The query
+parameters of a GET are a ``core.schemas.QueryParams`` model too, listed by ``parameters_of``.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from typing import Any
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.plumbing import ResolvedComponent
+from drf_spectacular.utils import OpenApiParameter
 
-from core.schemas import RequestBody, openapi_schema
+from core.schemas import QueryParams, RequestBody, openapi_schema, query_parameters
 
 
 class RequestBodyExtension(OpenApiSerializerExtension):
@@ -32,3 +34,18 @@ class RequestBodyExtension(OpenApiSerializerExtension):
             )
             auto_schema.registry.register_on_missing(component)
         return schema
+
+
+def parameters_of(model: type[QueryParams]) -> list[OpenApiParameter]:
+    """The query parameters ``model`` reads, documented from its own fields (``extend_schema(parameters=...)``)."""
+    return [
+        OpenApiParameter(
+            p["name"],
+            p["schema"],
+            OpenApiParameter.QUERY,
+            required=p["required"],
+            description=p["description"],
+            many=p["many"] or None,
+        )
+        for p in query_parameters(model)
+    ]
