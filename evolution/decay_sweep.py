@@ -38,6 +38,7 @@ import numpy as np
 from django.db import connection, transaction
 
 from core.errors import InvalidInput
+from core.sql import db_datetime
 from evolution import selectors
 from evolution.algorithms.decay import (
     DEFAULT_ARCHIVE_THRESHOLD,
@@ -49,7 +50,7 @@ from evolution.evolvers.enhanced.common import _setting
 from history import audit
 from history.models import Action
 from memories.algorithms.activation import decayed_activation_array
-from memories.bulk import db_datetime, write_rows
+from memories.bulk import write_rows
 from memories.models import Memory, MemoryType, Status, Workspace
 
 EVOLVER: Final = "DecaySweep"

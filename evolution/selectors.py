@@ -23,9 +23,9 @@ from django.db.models.fields.json import KT
 from django.db.models.sql.constants import MULTI
 
 from core.errors import InvalidInput, NotFound
+from core.sql import uuid_hex
 from evolution.models import EvolutionRun, RunStatus
 from history.models import EvolutionRecord, RecordLink
-from memories.bulk import uuid_hex
 from memories.models import (
     Edge,
     EdgeType,

@@ -19,8 +19,9 @@ from typing import Any, Protocol
 from django.db import connection, transaction
 
 from core.outages import RetryLog
+from core.sql import datetime_converter, uuid_hex
 from memories.algorithms.sortkey import activation_sort_key
-from memories.bulk import datetime_converter, insert_rows, uuid_hex, write_rows
+from memories.bulk import insert_rows, write_rows
 from memories.models import Memory, RetrievalEvent
 
 log = logging.getLogger(__name__)

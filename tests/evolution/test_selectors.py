@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from core.sql import uuid_hex
 from evolution import selectors
 from evolution.models import EvolutionRun, RunStatus
-from memories.bulk import uuid_hex
 from memories.embeddings import default_embedder
 from memories.models import Edge, EdgeType, Memory
 
