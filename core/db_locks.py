@@ -17,6 +17,8 @@ from django.conf import settings
 from django.db import OperationalError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from core.sql import set_session_lock_timeout
+
 # Seconds a client is told to wait: an evolution run holds the database for at most a transaction of about
 # EVOLUTION_TRANSACTION_MS (100 ms), so a second is ample for the usual cause.
 RETRY_AFTER_SECONDS: Final = 1
@@ -51,8 +53,5 @@ def lock_timeout_on_connect(sender: Any, connection: BaseDatabaseWrapper, **kwar
     """connection_created: a new PostgreSQL connection waits DATABASE_LOCK_TIMEOUT_SECONDS for a lock (its
     lock_timeout; SQLite's busy timeout comes with the connection's OPTIONS). A session setting, so it holds
     until the connection closes or a caller sets another (an evolution run's longer wait)."""
-    if connection.vendor != "postgresql":
-        return
     seconds = float(getattr(settings, "DATABASE_LOCK_TIMEOUT_SECONDS", DEFAULT_LOCK_TIMEOUT_SECONDS))
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{max(1, round(seconds * 1000))}ms"])
+    set_session_lock_timeout(connection, max(1, round(seconds * 1000)))

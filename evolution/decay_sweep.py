@@ -38,6 +38,7 @@ import numpy as np
 from django.db import connection, transaction
 
 from core.errors import InvalidInput
+from core.sql import EpochSeconds, db_datetime
 from evolution import selectors
 from evolution.algorithms.decay import (
     DEFAULT_ARCHIVE_THRESHOLD,
@@ -49,7 +50,7 @@ from evolution.evolvers.enhanced.common import _setting
 from history import audit
 from history.models import Action
 from memories.algorithms.activation import decayed_activation_array
-from memories.bulk import db_datetime, write_rows
+from memories.bulk import write_rows
 from memories.models import Memory, MemoryType, Status, Workspace
 
 EVOLVER: Final = "DecaySweep"
@@ -107,7 +108,7 @@ def _sweep_activation(workspace: Workspace, now: datetime, stats: SweepStats) ->
                 "id",
                 "activation_score",
                 "activation_last_boost_at",
-                selectors.EpochSeconds("activation_last_boost_at"),
+                EpochSeconds("activation_last_boost_at"),
                 "activation_half_life_hours",
             )[:ACTIVATION_BATCH]
         )
@@ -168,9 +169,9 @@ def _sweep_retention(workspace: Workspace, now: datetime, stats: SweepStats) -> 
                     "id",
                     "score__retention_score",
                     "stability",
-                    selectors.EpochSeconds("last_accessed"),
-                    selectors.EpochSeconds("valid_from"),
-                    selectors.EpochSeconds("created_at"),
+                    EpochSeconds("last_accessed"),
+                    EpochSeconds("valid_from"),
+                    EpochSeconds("created_at"),
                 )[:RETENTION_BATCH]
             )
             if not batch:

@@ -25,11 +25,11 @@ from typing import Any, Final
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from core.errors import Conflict, InvalidInput
+from core.sql import EpochSeconds, IdText
 from evolution.algorithms.merge import merged_tags
 from evolution.derived import insert_derived
 from evolution.models import Proposal, ProposalKind, ProposalStatus
 from evolution.proposals import register_proposal_applier, reviewer_changed
-from evolution.selectors import EpochSeconds, IdText
 from history import audit
 from history.models import Action, EvolutionRecord
 from memories.bulk import write_rows

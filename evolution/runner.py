@@ -53,6 +53,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from core.errors import Conflict
+from core.sql import lock_wait, single_writer
 from evolution import selectors
 from evolution.evolvers import EvolutionResult, Evolver, evolver_instance
 from evolution.evolvers.base import save_records
@@ -208,7 +209,7 @@ def sqlite_bulk_writes() -> Iterator[Checkpoints]:
     active = False
     checkpoints = Checkpoints(None)
     previous: tuple[int, int] = (0, 0)
-    if connection.vendor == "sqlite" and not connection.in_atomic_block:
+    if single_writer(connection) and not connection.in_atomic_block:
         with connection.cursor() as cursor:
             cursor.execute("PRAGMA journal_mode")
             (mode,) = cursor.fetchone()
@@ -243,29 +244,7 @@ def worker_lock_wait() -> Iterator[None]:
     waiting for an answer: it waits behind whatever request holds the database instead of failing an evolver.
     """
     seconds = float(getattr(settings, "EVOLUTION_LOCK_TIMEOUT_SECONDS", DEFAULT_LOCK_TIMEOUT_SECONDS))
-    millis = max(1, round(seconds * 1000))
-    if connection.vendor == "sqlite":
-        with connection.cursor() as cursor:
-            cursor.execute("PRAGMA busy_timeout")
-            (previous,) = cursor.fetchone()
-            cursor.execute(f"PRAGMA busy_timeout = {millis}")
-        try:
-            yield
-        finally:
-            with connection.cursor() as cursor:
-                cursor.execute(f"PRAGMA busy_timeout = {int(previous)}")
-    elif connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW lock_timeout")
-            (previous,) = cursor.fetchone()
-            cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{millis}ms"])
-        try:
-            yield
-        finally:
-            if connection.is_usable():
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT set_config('lock_timeout', %s, false)", [str(previous)])
-    else:
+    with lock_wait(max(1, round(seconds * 1000)), connection):
         yield
 
 
@@ -532,7 +511,7 @@ def let_others_in(held: float) -> None:
     PostgreSQL queues lock waiters, so nothing waits there; nor inside a caller's transaction, which
     releases nothing.
     """
-    if connection.vendor == "sqlite" and not connection.in_atomic_block:
+    if single_writer(connection) and not connection.in_atomic_block:
         time.sleep(pause_after(held))
 
 

@@ -18,14 +18,13 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 from django.db import connection
-from django.db.models import BooleanField, CharField, ExpressionWrapper, F, FloatField, Func, Max, Q, QuerySet, Value
-from django.db.models.fields.json import KT
+from django.db.models import BooleanField, ExpressionWrapper, Max, Q, QuerySet
 from django.db.models.sql.constants import MULTI
 
 from core.errors import InvalidInput, NotFound
+from core.sql import EpochSeconds, IdText, json_key_text, single_writer, uuid_hex, values_stored_as_text
 from evolution.models import EvolutionRun, RunStatus
 from history.models import EvolutionRecord, RecordLink
-from memories.bulk import uuid_hex
 from memories.models import (
     Edge,
     EdgeType,
@@ -58,48 +57,6 @@ _IN_CHUNK = 900
 # Id pairs per join query: a few large queries beat many small ones by far (PostgreSQL sends them as a
 # VALUES list, three parameters each, under its limit of 65535).
 _PAIR_CHUNK = 20_000
-
-
-class EpochSeconds(Func):
-    """Seconds since 1970-01-01 UTC of a datetime column, computed by the database (NULL stays NULL).
-
-    Parsing 100k datetimes in Python costs seconds; the evolvers only need them as float epochs.
-    SQLite's julianday() keeps milliseconds, which is far finer than the days the formulas work in.
-    """
-
-    output_field = FloatField()
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> tuple[str, Any]:
-        return self.as_sql(
-            compiler, connection, template="((julianday(%(expressions)s) - 2440587.5) * 86400.0)", **extra_context
-        )
-
-    def as_postgresql(self, compiler: Any, connection: Any, **extra_context: Any) -> tuple[str, Any]:
-        return self.as_sql(
-            compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)::double precision", **extra_context
-        )
-
-
-class IdText(Func):
-    """A UUID column as canonical text ("8-4-4-4-12", lower case), formatted by the database.
-
-    Evolvers key everything by memory id; building a Python UUID per row (and formatting it back for
-    records) cost more than the arithmetic at 100k memories. Django stores UUIDs on SQLite as 32 hex
-    digits, on PostgreSQL natively.
-    """
-
-    output_field = CharField()
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> tuple[str, Any]:
-        col = "%(expressions)s"
-        parts = "||'-'||".join(f"substr({col}, {start}, {length})" for start, length in _HEX_GROUPS)
-        return self.as_sql(compiler, connection, template=parts, **extra_context)
-
-    def as_postgresql(self, compiler: Any, connection: Any, **extra_context: Any) -> tuple[str, Any]:
-        return self.as_sql(compiler, connection, template="(%(expressions)s)::text", **extra_context)
-
-
-_HEX_GROUPS = ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))
 
 
 def _raw_rows(queryset: QuerySet[Any, Any]) -> list[tuple[Any, ...]]:
@@ -253,13 +210,10 @@ def embedding_rows(*, workspace: Workspace, model: str) -> list[tuple[str, float
 def _marker() -> Any:
     """The interference marker of metadata, without decoding a JSON value per row in Python.
 
-    On SQLite one json_extract (a number comes back as a number, made text by the caller); Django's KT
-    there is a CASE over two JSON_TYPE calls and a json_extract, three parses of the metadata per row
-    (~50-100 ms more on 80k memories). Elsewhere KT (PostgreSQL: ->>).
+    On SQLite one json_extract (a number comes back as a number, made text by the caller): Django's KT
+    there parsed the metadata three times per row (~50-100 ms more on 80k memories); see `json_key_text`.
     """
-    if connection.vendor == "sqlite":
-        return Func(F("metadata"), Value(f"$.{INTERFERENCE_MARKER}"), function="JSON_EXTRACT", output_field=CharField())
-    return KT(f"metadata__{INTERFERENCE_MARKER}")
+    return json_key_text("metadata", INTERFERENCE_MARKER)
 
 
 def retention_rows(*, workspace: Workspace) -> list[tuple[str, float, float, Any]]:
@@ -319,7 +273,7 @@ class CycleHandoff:
         self.planning = False
 
     def offer(self, workspace: Workspace, rows: list[tuple[str, float]]) -> None:
-        if connection.vendor == "sqlite" and (connection.in_atomic_block or self.planning):
+        if single_writer() and (connection.in_atomic_block or self.planning):
             self.made = _Offer(workspace.pk, _data_version(), rows)
 
     def take(self, workspace: Workspace) -> list[tuple[str, float]] | None:
@@ -532,14 +486,14 @@ def co_retrieved_between(*, workspace: Workspace, pairs: Sequence[tuple[str, str
     cycle needs the edges of the pairs its new result sets form, not every CO_RETRIEVED edge of the
     workspace (those are read with `co_retrieved_edges(min_count=...)`). The ids come back as asked.
     """
-    sqlite = connection.vendor == "sqlite"
+    hex_keys = values_stored_as_text()
     # Each oriented pair under the key it is probed by, and the ids as asked. On SQLite the key is the two
     # ids as stored (32 hex digits each) in one string, cut apart by substr(): a JSON list of [a, b] pairs
     # cost two json_extract and two replace calls per probe, and twice the sorting (62k probes of a bench
     # cycle: 0.34 s in all before).
     asked: dict[Any, tuple[str, str]] = {}
     for a, b in pairs:
-        if sqlite:
+        if hex_keys:
             ha, hb = uuid_hex(a), uuid_hex(b)
             asked[ha + hb], asked[hb + ha] = (a, b), (b, a)
         else:
@@ -559,7 +513,7 @@ def co_retrieved_between(*, workspace: Workspace, pairs: Sequence[tuple[str, str
     with connection.cursor() as cursor:
         for begin in range(0, len(oriented), _PAIR_CHUNK):
             chunk = oriented[begin : begin + _PAIR_CHUNK]
-            if sqlite:
+            if hex_keys:
                 # The keys as one JSON list (json_each), the table walked in that order. A VALUES list of
                 # more than ~150 rows makes SQLite build a Bloom filter over every CO_RETRIEVED edge of the
                 # database first (~80 ms per statement at 300k edges, whatever the list's length).

@@ -2,7 +2,7 @@
 compression candidates, lifecycle inputs, proposals.
 
 Whole-workspace evolver inputs are `values_list` loads (one query each) with ids as canonical text and
-times as epoch seconds computed by the database (evolution.selectors.IdText / EpochSeconds): building a
+times as epoch seconds computed by the database (core.sql.IdText / EpochSeconds): building a
 UUID and a datetime per row costs more than the arithmetic at 100k memories.
 """
 
@@ -18,10 +18,10 @@ import numpy as np
 from django.db.models import QuerySet
 
 from core.errors import InvalidInput, NotFound
+from core.sql import EpochSeconds, IdText
 from evolution.algorithms.compression import FULL_MIN_ACTIVATION, PROTECTED_ORIGIN_TIER
 from evolution.algorithms.typed import contradiction_clusters as cluster_algorithm
 from evolution.models import Proposal, ProposalKind, ProposalStatus
-from evolution.selectors import EpochSeconds, IdText
 from memories.algorithms.activation import decayed_activation_array
 from memories.algorithms.embedding import BLOB_DTYPE, Embedder, FloatMatrix
 from memories.models import CompressionTier, Memory, MemoryType, Status, Workspace

@@ -43,6 +43,7 @@ from django.apps import apps
 from django.conf import settings
 from django.db import connection
 
+from core.sql import as_text, group_concat, unindexed, uuid_hex_sql
 from graph.algorithms import CSRGraph, build_csr, edge_type_code, merge_csr
 
 if TYPE_CHECKING:
@@ -304,11 +305,6 @@ class _NodeIndex(Mapping[uuid.UUID, int]):
         return len(self._nodes)
 
 
-def _snapshot_sql(vendor: str, column: str) -> str:
-    """SQL text of ``column`` (a uuid) as 32 hex digits without dashes, for both backends."""
-    return column if vendor == "sqlite" else f"replace({column}::text, '-', '')"
-
-
 CO_RETRIEVED_FULL_COUNT = 10
 """Co-retrievals at which a CO_RETRIEVED edge counts with its full weight in the snapshot."""
 
@@ -322,24 +318,21 @@ def _read_edges(workspace_id: int, after_id: int | None) -> tuple[_EdgeGroups, i
     The incremental read walks the primary key from ``after_id``: on SQLite the unary plus keeps the
     planner off the (workspace, edge_type) index, which would visit every edge of the workspace.
     """
-    vendor = connection.vendor
-    concat = "group_concat({0}, '{1}')" if vendor == "sqlite" else "string_agg({0}, '{1}')"
     # A CO_RETRIEVED edge weighs its co-retrieval count (CO_RETRIEVED_FULL_COUNT and above: its own weight):
     # a pair retrieved together once is a weak path for spreading, a pair seen together often a strong one.
     weight = (
         f"CASE WHEN edge_type = 'CO_RETRIEVED' AND co_retrieval_count > 0 AND co_retrieval_count < "
         f"{CO_RETRIEVED_FULL_COUNT} THEN weight * co_retrieval_count / {float(CO_RETRIEVED_FULL_COUNT)} ELSE weight END"
     )
-    weight_text = weight if vendor == "sqlite" else f"({weight})::text"
     params: list[int] = [workspace_id]
     where = "workspace_id = %s"
     if after_id is not None:
-        where = f"id > %s AND {'+' if vendor == 'sqlite' else ''}workspace_id = %s"
+        where = f"id > %s AND {unindexed('workspace_id')} = %s"
         params = [after_id, workspace_id]
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT edge_type, {concat.format(_snapshot_sql(vendor, 'source_id'), '')}, "
-            f"{concat.format(_snapshot_sql(vendor, 'target_id'), '')}, {concat.format(weight_text, ',')}, max(id) "
+            f"SELECT edge_type, {group_concat(uuid_hex_sql('source_id'))}, "
+            f"{group_concat(uuid_hex_sql('target_id'))}, {group_concat(as_text(weight), ',')}, max(id) "
             f"FROM {table('Edge')} WHERE {where} GROUP BY edge_type",
             params,
         )
@@ -350,11 +343,9 @@ def _read_edges(workspace_id: int, after_id: int | None) -> tuple[_EdgeGroups, i
 
 def _read_nodes(workspace_id: int) -> _NodeKeys:
     """Every memory id of the workspace, sorted (one covering-index read, ~30 ms for 100k memories)."""
-    vendor = connection.vendor
-    concat = "group_concat({0}, '')" if vendor == "sqlite" else "string_agg({0}, '')"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {concat.format(_snapshot_sql(vendor, 'id'))} FROM {table('Memory')} WHERE workspace_id = %s",
+            f"SELECT {group_concat(uuid_hex_sql('id'))} FROM {table('Memory')} WHERE workspace_id = %s",
             [workspace_id],
         )
         row = cursor.fetchone()

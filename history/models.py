@@ -16,6 +16,8 @@ from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
+from core.sql import auto_key_type_suffix
+
 
 class Action(models.TextChoices):
     FLAG = "flag"
@@ -120,7 +122,7 @@ class RowidKey(models.BigAutoField):  # type: ignore[type-arg]
 
     def db_type_suffix(self, connection: BaseDatabaseWrapper) -> str | None:
         # Django's Field.db_type_suffix (which the stubs do not declare), minus SQLite's suffix.
-        return None if connection.vendor == "sqlite" else connection.data_types_suffix.get(self.get_internal_type())
+        return auto_key_type_suffix(connection, self.get_internal_type())
 
 
 class RecordLink(models.Model):

@@ -1,11 +1,13 @@
-"""Fast multi-row writes, and the one table that turns Python values into what the database stores.
+"""Fast multi-row writes: the one module that writes many rows without Django's per-value machinery.
 
 Django's bulk_create and bulk_update prepare every value through several layers of field machinery (on
 SQLite bulk_create also splits an insert into ~25-row statements of 999 parameters, and bulk_update builds
 a CASE WHEN expression per batch); at 100k rows that preparation costs more than the database work. Here a
-value is converted only where its database form differs from the Python value, by the converter
-`_CONVERTERS` gives its field type on the current vendor, and rows go to the driver in one executemany per
-chunk:
+value is converted only where its database form differs from the Python value, by the converter the one
+converter table (core.sql.field_converter, with the other differences between SQLite and PostgreSQL) gives
+its field type on the current backend, and rows go to the driver in one executemany, COPY or column-array
+UPDATE per chunk, whichever the backend does fastest (core.sql names each: no vendor test here but the
+full-text one, `_writes_fts5_rows`):
 
 - `bulk_insert` INSERTs complete instances (memories, edges, retrieval events), read with one attrgetter;
   a memory's scores row follows, and on SQLite its full-text rows (search_indexed=1 tells the insert
@@ -19,22 +21,26 @@ Defaults, validation and ids are the caller's: services build complete instances
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
-from functools import lru_cache
+from collections.abc import Iterable, Sequence
 from itertools import islice
 from operator import attrgetter, itemgetter
 from typing import Any, TypeVar, cast
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
+from django.db import connection, models, transaction
 from django.db.models.base import ModelState
 from django.db.models.fields.json import JSONField
 
+from core.sql import (
+    Converter,
+    analyzes_after_bulk_inserts,
+    field_converter,
+    loads_by_copy,
+    updates_by_column_arrays,
+    writes_by_rowid,
+)
 from memories.models import Memory, MemoryScore
 
 M = TypeVar("M", bound=models.Model)
-Converter = Callable[[Any], Any]
 
 # Rows per executemany call of `write_rows` / `insert_rows`: bounds the parameter list held in memory.
 WRITE_BATCH = 2000
@@ -92,120 +98,6 @@ def new_instance(model: type[M], values: dict[str, Any], related: dict[str, mode
     return obj
 
 
-# -- converters -----------------------------------------------------------------------------------
-
-# The text of an empty container, without a json.dumps call (most tags and metadata of an ingest are empty).
-_EMPTY_JSON: dict[type, str] = {list: "[]", dict: "{}"}
-
-
-def _json_sqlite(value: Any) -> Any:
-    """JSON as Django's SQLite backend stores it: the stdlib's json.dumps text (None stays SQL NULL)."""
-    if value is None:
-        return None
-    if not value:
-        text = _EMPTY_JSON.get(value.__class__)
-        if text is not None:
-            return text
-    return json.dumps(value)
-
-
-def _json_postgresql(value: Any) -> Any:
-    """JSON as the PostgreSQL backend hands it to the driver (a jsonb adapter; None stays SQL NULL)."""
-    return None if value is None else connection.ops.adapt_json_value(value, None)
-
-
-def uuid_hex(value: Any) -> Any:
-    """A UUID as Django stores it on SQLite, 32 lower-case hex digits (None stays None): from a UUID, or
-    from its text, canonical or bare, in any case. Other text goes through uuid.UUID, which reads the other
-    forms it knows and raises ValueError for what is not a UUID.
-
-    Text is checked by bytes.fromhex rather than parsed into a UUID: ~0.1 us against ~1.5 us an id, and
-    an evolution cycle converts a few hundred thousand.
-    """
-    if value is None:
-        return None
-    if value.__class__ is str:
-        text = value.replace("-", "").lower()
-        if len(text) == 32:
-            try:
-                if len(bytes.fromhex(text)) == 16:
-                    return text
-            except ValueError:
-                pass
-    return value.hex if isinstance(value, uuid.UUID) else uuid.UUID(str(value)).hex
-
-
-@lru_cache(maxsize=4096)
-def _datetime_sqlite(value: datetime | None) -> Any:
-    """Django's SQLite form of a datetime: naive UTC text, str() of it (cached: a run writes one `now` a lot).
-
-    A naive value is taken as UTC, as Django takes it with USE_TZ and TIME_ZONE = "UTC" (the project's).
-    """
-    if value is None:
-        return None
-    if value.tzinfo is not None:
-        value = value.astimezone(UTC).replace(tzinfo=None)
-    return str(value)
-
-
-def _bytes(value: Any) -> Any:
-    """A BinaryField value as bytes (a memoryview or bytearray copied; None stays SQL NULL)."""
-    return None if value is None else bytes(value)
-
-
-# Numbers, booleans and text reach every driver as they are.
-_AS_IS: dict[type[models.Field[Any, Any]], Converter | None] = dict.fromkeys(
-    [models.FloatField, models.IntegerField, models.BooleanField, models.CharField, models.TextField]
-)
-# How a Python value of each field type reaches the driver, per vendor (None: as it is), the way a model save
-# stores it. A field is looked up along its type's MRO (a foreign key by its target's, so auto keys are
-# integers); a type or vendor not listed, and a JSONField with its own encoder, go through Django's
-# get_db_prep_save: the same result, only slower per value.
-_CONVERTERS: dict[str, dict[type[models.Field[Any, Any]], Converter | None]] = {
-    "sqlite": {
-        JSONField: _json_sqlite,
-        models.UUIDField: uuid_hex,
-        models.DateTimeField: _datetime_sqlite,
-        models.BinaryField: _bytes,
-        **_AS_IS,
-    },
-    "postgresql": {
-        JSONField: _json_postgresql,
-        # Native uuid and timestamptz columns take a UUID (or its text) and an aware datetime as they are.
-        models.UUIDField: None,
-        models.DateTimeField: None,
-        models.BinaryField: _bytes,
-        **_AS_IS,
-    },
-}
-
-
-def _converter(field: models.Field[Any, Any]) -> Converter | None:
-    """Return the value converter for `field` on the current vendor, or None when the value goes as it is."""
-    target = field.target_field if isinstance(field, models.ForeignKey) else field
-    table = _CONVERTERS.get(connection.vendor)
-    if table is not None and not (isinstance(target, JSONField) and target.encoder is not None):
-        for cls in type(target).__mro__:
-            if cls in table:
-                return table[cls]
-    # The wrapper itself, not the `connection` proxy: every attribute read through the proxy costs a
-    # lookup, and get_db_prep_save reads several per value.
-    conn = connections[DEFAULT_DB_ALIAS]
-    return lambda v: field.get_db_prep_save(v, conn)
-
-
-def datetime_converter() -> Converter:
-    """`db_datetime` for the current backend, resolved once (a caller converting many values)."""
-    convert = _CONVERTERS.get(connection.vendor, {}).get(models.DateTimeField)
-    return _identity if convert is None else convert
-
-
-def db_datetime(value: datetime | None) -> Any:
-    """A datetime as the current database backend stores it (naive UTC text on SQLite)."""
-    convert = _CONVERTERS.get(connection.vendor, {}).get(models.DateTimeField)
-    return value if convert is None else convert(value)
-
-
 # -- inserting instances --------------------------------------------------------------------------
 
 
@@ -221,18 +113,18 @@ def bulk_insert(model: type[M], objs: Sequence[M], *, chunk: int = 2000, ignore_
         raise ValueError("bulk_insert(Memory) does not skip conflicts")
     fields = [f for f in model._meta.concrete_fields if not (f.primary_key and isinstance(f, models.AutoField))]
     get_row = attrgetter(*[f.attname for f in fields])
-    special = [(i, conv) for i, f in enumerate(fields) if (conv := _converter(f)) is not None]
+    special = [(i, conv) for i, f in enumerate(fields) if (conv := field_converter(f)) is not None]
     table = connection.ops.quote_name(model._meta.db_table)
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     placeholders = ", ".join(["%s"] * len(fields))
     sql = f"INSERT INTO {table} ({columns}) VALUES ({placeholders})"
     if ignore_conflicts:  # SQLite; PostgreSQL copies (see _copy_rows_skipping_conflicts)
         sql = sql.replace("INSERT", "INSERT OR IGNORE", 1)
-    index_fts = model is Memory and connection.vendor == "sqlite"
+    index_fts = _writes_fts5_rows(model)
     if index_fts:
         for obj in objs:
             obj.search_indexed = True  # type: ignore[attr-defined]
-    copy = connection.vendor == "postgresql"
+    copy = loads_by_copy()
     with transaction.atomic(), connection.cursor() as cursor:
         for start in range(0, len(objs), chunk):
             batch = objs[start : start + chunk]
@@ -271,7 +163,7 @@ _grown: dict[tuple[str, str], int] = {}
 
 def analyze_when_grown(table: str, rows: int) -> None:
     """Count ``rows`` inserted into ``table``; on PostgreSQL ANALYZE it after commit once they are many."""
-    if connection.vendor != "postgresql" or rows <= 0:
+    if not analyzes_after_bulk_inserts() or rows <= 0:
         return
     key = (str(connection.settings_dict.get("NAME")), table)
     grown = _grown.get(key, 0) + rows
@@ -305,7 +197,7 @@ def _insert_scores(memories: Sequence[Memory], chunk: int) -> None:
     """
     fields = list(MemoryScore._meta.concrete_fields)
     assert [f.name for f in fields] == ["memory", "workspace", "retention_score", "retrieval_profile"]
-    converters = [_converter(f) or _identity for f in fields]
+    converters = [field_converter(f) or _identity for f in fields]
     default_retention = fields[2].get_default()
     default_profile = converters[3]({})
     table = connection.ops.quote_name(MemoryScore._meta.db_table)
@@ -320,7 +212,7 @@ def _insert_scores(memories: Sequence[Memory], chunk: int) -> None:
     ]
     with connection.cursor() as cursor:
         for start in range(0, len(rows), chunk):
-            if connection.vendor == "postgresql":
+            if loads_by_copy():
                 _copy_rows(cursor, table, columns, rows[start : start + chunk])
             else:
                 cursor.executemany(sql, rows[start : start + chunk])
@@ -350,6 +242,13 @@ def _copy_rows_skipping_conflicts(cursor: Any, table: str, columns: str, rows: S
     _copy_rows(cursor, staging, columns, rows)
     cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {staging} ON CONFLICT DO NOTHING")
     cursor.execute(f"TRUNCATE {staging}")
+
+
+def _writes_fts5_rows(model: type[models.Model]) -> bool:
+    """Whether inserting `model` rows writes their full-text rows here: memories on SQLite, whose FTS5 table
+    this module fills itself (`_index_fts`). Full-text search keeps its own vendor test (core.sql): on
+    PostgreSQL the index is the memory row's stored tsvector, a different feature, not another spelling."""
+    return model is Memory and connection.vendor == "sqlite"
 
 
 def _index_fts(cursor: Any, memories: Sequence[Memory]) -> None:
@@ -400,7 +299,7 @@ def write_rows(model: type[models.Model], fields: Sequence[str], rows: Iterable[
 
     One prepared statement run with executemany in batches of WRITE_BATCH. Django's bulk_update builds
     a CASE WHEN expression per batch and measured 13x slower on 100k SQLite rows; values are stored
-    exactly as a model save would store them (see `_CONVERTERS`). Memory's score fields
+    exactly as a model save would store them (see core.sql.field_converter). Memory's score fields
     (`Memory.SCORE_FIELDS`) go to MemoryScore, keyed by the same memory id.
     """
     if model is Memory and Memory.SCORE_FIELDS.intersection(fields):
@@ -421,10 +320,10 @@ def _write_rows(model: type[models.Model], fields: Sequence[str], rows: Iterable
     pk = meta.pk
     assert pk is not None
     prep: list[models.Field[Any, Any]] = [meta.get_field(name) for name in fields]  # type: ignore[misc]
-    converters = [_converter(f) for f in [*prep, pk]]
+    converters = [field_converter(f) for f in [*prep, pk]]
     qn = connection.ops.quote_name
     sets = ", ".join(f"{qn(f.column)} = %s" for f in prep)
-    if connection.vendor == "sqlite":
+    if writes_by_rowid():
         rows = list(rows)
         if model is MemoryScore and rows:
             # ~20 narrow rows to a page: in key order the key's index is walked once and the small table
@@ -439,7 +338,7 @@ def _write_rows(model: type[models.Model], fields: Sequence[str], rows: Iterable
             converters[-1] = None
         elif len(rows) >= ROWID_ORDER_MIN:
             return _write_sqlite_rows(meta, sets, converters, rows)
-    elif connection.vendor == "postgresql":
+    elif updates_by_column_arrays():
         rows = list(rows)
         if len(rows) >= PG_ARRAY_MIN:
             return _write_postgresql_rows(meta, prep, converters, rows)
@@ -567,4 +466,4 @@ def insert_rows(
     names = ", ".join(qn(f.column) for f in prep)
     marks = ", ".join(["%s"] * len(prep))
     sql = f"INSERT INTO {qn(meta.db_table)} ({names}) VALUES ({marks})"
-    return _executemany(sql, [_converter(f) for f in prep], rows, prepared=prepared)
+    return _executemany(sql, [field_converter(f) for f in prep], rows, prepared=prepared)

@@ -25,8 +25,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from core.errors import InvalidInput
+from core.sql import db_datetime, uuid_converter
 from memories.algorithms.embedding import Embedder, EmbedderUnavailable, FloatMatrix, to_bytes
-from memories.bulk import db_datetime, uuid_hex
 from memories.embeddings import default_embedder, embedder_for, embedder_for_spec, inline_limit
 from memories.models import CompressionTier, Memory, Status, Workspace
 from memories.selectors import compressed_originals
@@ -313,10 +313,10 @@ def _write_vectors(
     with `unchanged`, only rows unchanged since read (same updated_at); with `only_waiting`, only such rows
     that are still without a vector. Returns how many rows were written."""
     table = connection.ops.quote_name(Memory._meta.db_table)
-    native_uuid = connection.features.has_native_uuid_field
+    to_key = uuid_converter()
     when = db_datetime(stamp)
     rows = [
-        (to_bytes(vector), model, when, m.id if native_uuid else uuid_hex(m.id))
+        (to_bytes(vector), model, when, to_key(m.id))
         + ((db_datetime(m.updated_at),) if unchanged or only_waiting else ())
         for m, vector in zip(memories, vectors, strict=True)
     ]

@@ -1,4 +1,10 @@
-"""Reads of workspaces, memories and edges, always scoped to a workspace the caller belongs to."""
+"""Reads of workspaces, memories and edges, always scoped to a workspace the caller belongs to.
+
+Full-text search keeps its own vendor branches (`lexical_search`, `_fts_filter`, `_ranked_matches`):
+SQLite's FTS5 table and PostgreSQL's stored tsvector are two features with their own queries, statistics
+and plans, not two spellings of one query. Every other difference between the backends is a name in the
+dialect module (core.sql), whose guard test allows a vendor test in those three functions only.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from django.db.models import BinaryField, BooleanField, Case, F, Q, QuerySet, Va
 from django.db.models.expressions import RawSQL
 
 from core.errors import Forbidden, InvalidInput, NotFound
+from core.sql import json_array_has, planner_needs_index_hints, unindexed, uuid_in
 from history.models import Action, EvolutionRecord, RecordLink
 from memories import fts_stats
 from memories.algorithms.fts import (
@@ -471,7 +478,7 @@ def _type_filter(workspace: Workspace, memory_type: str) -> Q:
     index out of the plan; a rare type keeps it, since walking the ordering index would then read
     most of the workspace. PostgreSQL's planner weighs LIMIT itself.
     """
-    if connection.vendor != "sqlite":
+    if not planner_needs_index_hints():
         return Q(memory_type=memory_type)
     with connection.cursor() as cursor:
         cursor.execute(
@@ -482,7 +489,8 @@ def _type_filter(workspace: Workspace, memory_type: str) -> Q:
         common = int(cursor.fetchone()[0]) >= _COMMON_MIN * 5
     if not common:
         return Q(memory_type=memory_type)
-    return Q(RawSQL('+"memories_memory"."memory_type" = %s', (memory_type,), output_field=BooleanField()))
+    column = '"memories_memory"."memory_type"'
+    return Q(RawSQL(f"{unindexed(column)} = %s", (memory_type,), output_field=BooleanField()))
 
 
 def _pg_config(terms: list[str]) -> str:
@@ -626,18 +634,8 @@ def memory_queryset(*, workspace: Workspace, filters: MemoryFilters, plan_probes
     if filters.created_before is not None:
         qs = qs.filter(created_at__lt=filters.created_before)
     for tag in filters.tags:
-        if connection.vendor == "postgresql":
-            qs = qs.filter(tags__contains=[tag])
-        else:
-            # Whole, case-sensitive tags as on PostgreSQL (a substring match on the JSON text would
-            # also find "Auth" and unrelated strings containing the quoted tag).
-            qs = qs.filter(
-                RawSQL(
-                    "EXISTS (SELECT 1 FROM json_each(memories_memory.tags) WHERE json_each.value = %s)",
-                    (tag,),
-                    output_field=BooleanField(),
-                )
-            )
+        # Whole, case-sensitive tags on both backends.
+        qs = qs.filter(json_array_has("tags", "memories_memory.tags", tag))
     if filters.q:
         qs = qs.filter(_fts_filter(workspace, filters.q, plan_probes=plan_probes))
     return qs
@@ -836,25 +834,10 @@ def _ranked_list(
     kept: set[str] = set()
     if scored:
         others = memory_queryset(workspace=workspace, filters=replace(filters, q=""))
-        if connection.vendor == "sqlite":
-            # One JSON parameter, however many ids (SQLite stores them as 32 hex digits).
-            within = others.filter(
-                RawSQL(
-                    '"memories_memory"."id" IN (SELECT value FROM json_each(%s))',
-                    (json.dumps([mid for mid, _ in scored]),),
-                    output_field=BooleanField(),
-                )
-            )
-        else:
-            # From the array, not "id = ANY(array)": with a type filter the planner ANDed a bitmap of the
-            # type index (125k rows at 1M memories, 19.5 ms) where looking up each id costs 2.4 ms.
-            within = others.filter(
-                RawSQL(
-                    '"memories_memory"."id" IN (SELECT unnest(%s::uuid[]))',
-                    ([uuid.UUID(mid) for mid, _ in scored],),
-                    output_field=BooleanField(),
-                )
-            )
+        # One parameter, however many ids. On PostgreSQL from the array, not "id = ANY(array)": with a type
+        # filter the planner ANDed a bitmap of the type index (125k rows at 1M memories, 19.5 ms) where
+        # looking up each id costs 2.4 ms.
+        within = others.filter(uuid_in('"memories_memory"."id"', [mid for mid, _ in scored]))
         # Raw ids, not model values: converting ~1,000 of them to UUIDs cost more than the query.
         sql, params = within.order_by().values_list("id").query.sql_with_params()
         with connection.cursor() as db:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from memories.bulk import db_datetime
+from core.sql import db_datetime
 from memories.models import Workspace
 from surfacing.models import PinnedSession, SessionPin
 

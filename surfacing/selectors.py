@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ import numpy.typing as npt
 from django.db import connection
 from django.db.models import Max
 
+from core.sql import hours_between, timestamp_param, unindexed, uuid_params
 from memories.algorithms.activation import decayed_activation_array
 from memories.embeddings import embedder_for
 from memories.models import Memory, MemoryScore, MemoryType, Status, Workspace
@@ -97,11 +98,6 @@ def _empty_rows() -> CandidateRows:
     )
 
 
-def _sql_ids(ids: Iterable[uuid.UUID]) -> list[Any]:
-    # SQLite stores UUIDField as 32 hex digits; PostgreSQL takes UUID objects.
-    return [i.hex for i in ids] if connection.vendor == "sqlite" else list(ids)
-
-
 def candidate_rows(
     *,
     workspace: Workspace,
@@ -115,17 +111,9 @@ def candidate_rows(
     if not unique and not anchors:
         return _empty_rows()
     table = Memory._meta.db_table
-    sqlite = connection.vendor == "sqlite"
-    if sqlite:
-        now_param: Any = now.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-        since_boost = "(julianday(%s) - julianday(activation_last_boost_at)) * 24.0"
-        age = "(julianday(%s) - julianday(COALESCE(updated_at, created_at))) * 24.0"
-    else:
-        now_param = now
-        # float8: EXTRACT gives numeric, which the driver turns into one Decimal per value (~40% of the
-        # read's time for 700 candidates).
-        since_boost = "(EXTRACT(EPOCH FROM (%s - activation_last_boost_at)) / 3600.0)::float8"
-        age = "(EXTRACT(EPOCH FROM (%s - COALESCE(updated_at, created_at))) / 3600.0)::float8"
+    now_param = timestamp_param(now)
+    since_boost = hours_between("%s", "activation_last_boost_at")
+    age = hours_between("%s", "COALESCE(updated_at, created_at)")
     columns = (
         f"id, memory_type, activation_score, {since_boost}, activation_half_life_hours, {age}, length(content), subject"
     )
@@ -135,13 +123,13 @@ def candidate_rows(
     parts: list[str] = []
     params: list[Any] = []
     # SQLite without ANALYZE statistics prefers the workspace index and scans the whole workspace for an
-    # id list; the unary plus keeps the outer filters off the index so the id primary key is used.
-    plus = "+" if sqlite else ""
-    stored_ids = _sql_ids(unique)
+    # id list; the unary plus (`unindexed`) keeps the outer filters off the index so the id primary key is used.
+    stored_ids = uuid_params(unique)
     if unique:
         marks = ",".join(["%s"] * len(unique))
         parts.append(
-            f"SELECT {columns} FROM {table} WHERE id IN ({marks}) AND {plus}workspace_id = %s AND {plus}status = %s"
+            f"SELECT {columns} FROM {table} WHERE id IN ({marks}) "
+            f"AND {unindexed('workspace_id')} = %s AND {unindexed('status')} = %s"
         )
         params.extend([now_param, now_param, *stored_ids, workspace.pk, Status.ACTIVE])
     if anchors:
@@ -207,15 +195,16 @@ def most_recent(*, workspace: Workspace, ids: Sequence[uuid.UUID], limit: int) -
     if not unique or limit <= 0:
         return []
     table = Memory._meta.db_table
-    plus = "+" if connection.vendor == "sqlite" else ""  # keep SQLite on the primary key, see candidate_rows
+    # Keep SQLite on the primary key, see candidate_rows.
+    in_workspace, active = unindexed("workspace_id"), unindexed("status")
     found: list[tuple[Any, Any]] = []
     with connection.cursor() as cursor:
         for start in range(0, len(unique), MOST_RECENT_CHUNK):
             chunk = unique[start : start + MOST_RECENT_CHUNK]
             cursor.execute(
                 f"SELECT id, updated_at FROM {table} WHERE id IN ({','.join(['%s'] * len(chunk))}) "
-                f"AND {plus}workspace_id = %s AND {plus}status = %s ORDER BY updated_at DESC, id LIMIT %s",
-                [*_sql_ids(chunk), workspace.pk, Status.ACTIVE, limit],
+                f"AND {in_workspace} = %s AND {active} = %s ORDER BY updated_at DESC, id LIMIT %s",
+                [*uuid_params(chunk), workspace.pk, Status.ACTIVE, limit],
             )
             found.extend(cursor.fetchall())
     found.sort(key=lambda row: (str(row[0]),))
@@ -334,7 +323,7 @@ def memory_details(*, workspace: Workspace, ids: Sequence[uuid.UUID]) -> dict[uu
         cursor.execute(
             f"SELECT m.id, m.workspace_id, m.content, m.memory_type, s.retention_score, m.metadata FROM {table} m "
             f"LEFT JOIN {scores} s ON s.memory_id = m.id WHERE m.id IN ({placeholders})",
-            _sql_ids(unique),
+            uuid_params(unique),
         )
         rows = cursor.fetchall()
     return {

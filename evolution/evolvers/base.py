@@ -33,12 +33,13 @@ from operator import itemgetter
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from core.errors import InvalidInput
+from core.sql import uuid_hex
 from evolution.models import EvolutionRun
 from evolution.writes import REASONS as REASONS
 from evolution.writes import Applied, drop_memories, stale_memories, submit
 from history import audit
 from history.models import EvolutionRecord, RecordLink
-from memories.bulk import insert_rows, uuid_hex, write_rows
+from memories.bulk import insert_rows, write_rows
 from memories.models import Memory, Workspace
 
 # Memories per record. A record is the unit of a single revert; 500 keeps a record's JSON well under a

@@ -19,8 +19,16 @@ from typing import Any, Protocol
 from django.db import connection, transaction
 
 from core.outages import RetryLog
+from core.sql import (
+    datetime_converter,
+    no_key_update_lock,
+    updates_by_column_arrays,
+    uuid_converter,
+    uuid_params,
+    values_stored_as_text,
+)
 from memories.algorithms.sortkey import activation_sort_key
-from memories.bulk import datetime_converter, insert_rows, uuid_hex, write_rows
+from memories.bulk import insert_rows, write_rows
 from memories.models import Memory, RetrievalEvent
 
 log = logging.getLogger(__name__)
@@ -99,13 +107,13 @@ def _read_boosted(ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
     regular expressions and made aware, twice a row) cost more than the query (measured: 0.6 of 1.5 s
     for 7,500 boosts over 5,300 memories).
     """
-    sqlite = connection.vendor == "sqlite"
+    as_text = values_stored_as_text()
     # NO KEY UPDATE: the flush changes no key, so it must not wait for (nor make wait) the KEY SHARE locks
     # that inserting a row referencing a memory takes (retrieval events, CO_RETRIEVED edges of the
     # retrieval job and HebbianCoRetrieval): with FOR UPDATE a flush and such an insert deadlocked
     # (measured beside the scheduled cycle on 100k memories: the retrieval job and HebbianCoRetrieval
     # failed with "deadlock detected"). Two flushes still serialise: NO KEY UPDATE conflicts with itself.
-    lock = " FOR NO KEY UPDATE" if connection.vendor == "postgresql" else ""
+    lock = no_key_update_lock()
     columns = ", ".join(connection.ops.quote_name(c) for c in _READ_COLUMNS)
     rows: list[tuple[Any, ...]] = []
     with connection.cursor() as cursor:
@@ -114,10 +122,10 @@ def _read_boosted(ids: Sequence[uuid.UUID]) -> list[tuple[Any, ...]]:
             marks = ", ".join(["%s"] * len(chunk))
             cursor.execute(
                 f"SELECT {columns} FROM memories_memory WHERE id IN ({marks}) ORDER BY id{lock}",
-                [m.hex for m in chunk] if sqlite else list(chunk),
+                uuid_params(chunk),
             )
             found = cursor.fetchall()
-            if not sqlite:
+            if not as_text:
                 rows.extend(found)
                 continue
             # SQLite: 32-digit hex ids and naive UTC text, as Django stores them.
@@ -156,7 +164,7 @@ def apply_signals(signals: Sequence[Signal]) -> FlushResult:
             rows = _read_boosted(sorted(boosts))
             # Resolved once: `connection` is a proxy whose every attribute read is a lookup (~2 us).
             to_db = datetime_converter()
-            key = uuid_hex if connection.vendor == "sqlite" else _identity
+            key = uuid_converter()
             updates: list[tuple[Any, ...]] = []
             for mid, workspace_id, half_life, score, last_boost, boost_count, access_count, last_accessed in rows:
                 found.add(mid)
@@ -216,16 +224,12 @@ def apply_signals(signals: Sequence[Signal]) -> FlushResult:
     return FlushResult(boosted=sum(len(v) for v in changed.values()), events=len(retrievals), changed=dict(changed))
 
 
-def _identity(value: Any) -> Any:
-    return value
-
-
 def _write_boosts(updates: list[tuple[Any, ...]]) -> None:
     """Write (*_BOOST_COLUMNS values, id) rows, values as the database stores them: on SQLite one prepared
     UPDATE run by executemany (the rows are converted for it above, in apply_signals' one pass); on
     PostgreSQL the values are the Python ones and the fast-write module sends them as one UPDATE ... FROM
     unnest() of column arrays per batch (memories.bulk.write_rows)."""
-    if connection.vendor == "postgresql":
+    if updates_by_column_arrays():
         write_rows(Memory, _BOOST_COLUMNS, updates)
         return
     qn = connection.ops.quote_name

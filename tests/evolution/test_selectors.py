@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from core.sql import EpochSeconds, IdText, uuid_hex
 from evolution import selectors
 from evolution.models import EvolutionRun, RunStatus
-from memories.bulk import uuid_hex
 from memories.embeddings import default_embedder
 from memories.models import Edge, EdgeType, Memory
 
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.api]
 def test_id_text_and_epoch_seconds_match_python(kit: Any) -> None:
     m = kit.mem("x", age_days=3.25, last_accessed=kit.NOW - timedelta(hours=5, microseconds=1500))
     ((mid, created, accessed),) = Memory.objects.filter(id=m.id).values_list(
-        selectors.IdText("id"), selectors.EpochSeconds("created_at"), selectors.EpochSeconds("last_accessed")
+        IdText("id"), EpochSeconds("created_at"), EpochSeconds("last_accessed")
     )
     assert mid == str(m.id)
     assert created == pytest.approx(m.created_at.timestamp(), abs=1e-3)
@@ -30,7 +30,7 @@ def test_id_text_and_epoch_seconds_match_python(kit: Any) -> None:
 
 def test_raw_rows_keep_the_requested_column_order(kit: Any) -> None:
     kit.mem("x", retention_score=0.25, metadata={"k": [1, 2]})
-    query = Memory.objects.values_list("score__retention_score", selectors.IdText("id"), "content", "metadata")
+    query = Memory.objects.values_list("score__retention_score", IdText("id"), "content", "metadata")
     (raw,) = selectors._raw_rows(query)
     (converted,) = list(query)
     assert raw[:3] == converted[:3]
