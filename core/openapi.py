@@ -14,7 +14,7 @@ from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.plumbing import ResolvedComponent
 from drf_spectacular.utils import OpenApiParameter
 
-from core.schemas import QueryParams, RequestBody, openapi_schema, query_parameters
+from core.schemas import QueryParams, RequestBody, nested_models, openapi_schema, query_parameters
 
 
 class RequestBodyExtension(OpenApiSerializerExtension):
@@ -28,9 +28,12 @@ class RequestBodyExtension(OpenApiSerializerExtension):
 
     def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
         schema = openapi_schema(self.target)
+        models = {model.__name__: model for model in nested_models(self.target)}
         for name, nested in schema.pop("$defs", {}).items():
+            # The model itself is the component's identity, as when it is a body of its own (BulkIn's
+            # items are MemoryIn, the body of POST memories/): one component, not two of one name.
             component = ResolvedComponent(  # type: ignore[no-untyped-call]
-                name=name, type=ResolvedComponent.SCHEMA, object=name, schema=nested
+                name=name, type=ResolvedComponent.SCHEMA, object=models.get(name, name), schema=nested
             )
             auto_schema.registry.register_on_missing(component)
         return schema
@@ -41,11 +44,12 @@ def parameters_of(model: type[QueryParams]) -> list[OpenApiParameter]:
     return [
         OpenApiParameter(
             p["name"],
-            p["schema"],
+            # A repeated parameter (tag=a&tag=b) is an array written out one value per name.
+            {"type": "array", "items": p["schema"]} if p["many"] else p["schema"],
             OpenApiParameter.QUERY,
             required=p["required"],
             description=p["description"],
-            many=p["many"] or None,
+            explode=True if p["many"] else None,
         )
         for p in query_parameters(model)
     ]

@@ -159,14 +159,28 @@ def _owner(model: type[RequestBody], loc: Sequence[int | str]) -> type[RequestBo
     return current
 
 
-def _model_in(annotation: Any) -> type[RequestBody] | None:
+def nested_models(model: type[RequestBody]) -> list[type[RequestBody]]:
+    """The request models ``model``'s fields hold, at any depth (not ``model`` itself)."""
+    found: list[type[RequestBody]] = []
+    stack = [model]
+    while stack:
+        for field in stack.pop().model_fields.values():
+            for inner in _models_in(field.annotation):
+                if inner not in found and inner is not model:
+                    found.append(inner)
+                    stack.append(inner)
+    return found
+
+
+def _models_in(annotation: Any) -> list[type[RequestBody]]:
     if isinstance(annotation, type) and issubclass(annotation, RequestBody):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
+        return [annotation]
+    return [m for arg in getattr(annotation, "__args__", ()) for m in _models_in(arg)]
+
+
+def _model_in(annotation: Any) -> type[RequestBody] | None:
+    found = _models_in(annotation)
+    return found[0] if found else None
 
 
 # -- field kinds -----------------------------------------------------------------------------------------
