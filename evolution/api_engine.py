@@ -96,16 +96,6 @@ OutcomeOut = inline_serializer("OutcomeOut", fields=_outcome_fields())
 
 
 class OutcomeListCreateApi(APIView):
-    InputSerializer = inline_serializer(
-        "OutcomeIn",
-        fields={
-            "task_type": serializers.CharField(max_length=engine_inputs.MAX_TASK_TYPE),
-            "result": serializers.ChoiceField(choices=["success", "fail"]),
-            "approach": serializers.CharField(required=False, max_length=engine_inputs.MAX_APPROACH),
-            "context": serializers.DictField(required=False, help_text="{lesson?, issue?, solution?}"),
-            "created_at": serializers.DateTimeField(required=False, help_text="for history recorded later"),
-        },
-    )
     OutputSerializer = inline_serializer(
         "OutcomeCreated",
         fields={
@@ -135,7 +125,7 @@ class OutcomeListCreateApi(APIView):
         page, cursor = engine_selectors.outcome_list(workspace=access.workspace, after_id=after, limit=limit)
         return Response({"results": [outcome_json(o) for o in page], "next": cursor})
 
-    @extend_schema(request=InputSerializer, responses={201: OutputSerializer, **ERRORS})
+    @extend_schema(request=engine_inputs.OutcomeIn, responses={201: OutputSerializer, **ERRORS})
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         item = engine_inputs.outcome_input(request.data)
@@ -145,18 +135,7 @@ class OutcomeListCreateApi(APIView):
 
 
 class CorrectionCreateApi(APIView):
-    InputSerializer = inline_serializer(
-        "CorrectionIn",
-        fields={
-            "what_i_did_wrong": serializers.CharField(),
-            "what_i_should_do": serializers.CharField(),
-            "context": serializers.CharField(),
-            "topic": serializers.CharField(required=False, help_text="the subject it wins; default: none"),
-            "created_at": serializers.DateTimeField(required=False),
-        },
-    )
-
-    @extend_schema(request=InputSerializer, responses={201: MemoryOut, **ERRORS})
+    @extend_schema(request=engine_inputs.CorrectionIn, responses={201: MemoryOut, **ERRORS})
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         item = engine_inputs.correction_input(request.data)
@@ -172,19 +151,8 @@ class ReflectionKnownOut(MemoryOut):
 
 
 class ReflectionCreateApi(APIView):
-    InputSerializer = inline_serializer(
-        "ReflectionIn",
-        fields={
-            "context": serializers.CharField(),
-            "reflection": serializers.CharField(),
-            "lesson": serializers.CharField(),
-            "topic": serializers.CharField(required=False),
-            "created_at": serializers.DateTimeField(required=False),
-        },
-    )
-
     @extend_schema(
-        request=InputSerializer,
+        request=engine_inputs.ReflectionIn,
         responses={201: MemoryOut, 200: ReflectionKnownOut, **ERRORS},
         description="201 with the new reflection; 200 with the memory that already holds it (the same "
         "reflection, or a HOT rule of its lesson) and `deduplicated` saying which, when nothing was written.",

@@ -93,6 +93,8 @@ def test_a_vetoed_strategy_is_listed_with_its_reason(api: APIClient, workspace: 
         ({"task_type": "t", "result": "fail", "context": {"lesson": 5}}, "context.lesson"),
         ({"task_type": "t", "result": "fail", "created_at": "soon"}, "created_at"),
         ({"task_type": "t", "result": "fail", "score": 1}, "score"),
+        ({"task_type": "t", "result": None}, "result"),
+        ({"task_type": "t", "result": "fail", "context": {"issue": "a\x00b"}}, "context.issue"),
     ],
 )
 def test_a_bad_outcome_is_a_400_naming_the_field(
