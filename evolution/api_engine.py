@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import InvalidInput
-from evolution import dream, engine, engine_inputs, engine_selectors, memdir_export, memdir_import
+from evolution import dream, engine, engine_inputs, engine_selectors, inputs, memdir_export, memdir_import
 from evolution.api_proposals import proposal_json
 from evolution.models import DreamReport, Outcome
 from memories import selectors
@@ -30,16 +30,6 @@ from memories.api_parsers import JSONParser
 from memories.serializers import ErrorOut, MemoryOut, iso_z, memory_json
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
-DREAM_FIELDS = frozenset({"dry_run"})
-
-
-def _body(request: Request) -> dict[str, Any]:
-    data: Any = request.data
-    if data is None or data == "":
-        return {}
-    if not isinstance(data, dict):
-        raise InvalidInput("body: expected a JSON object", field="body")
-    return dict(data)
 
 
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
@@ -182,13 +172,10 @@ class WorldModelApi(APIView):
 
 
 class EvolveApi(APIView):
-    @extend_schema(request=None, responses={200: ProposalsOut, **ERRORS})
+    @extend_schema(request=inputs.EvolveIn, responses={200: ProposalsOut, **ERRORS})
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
-        data = _body(request)
-        if data:
-            name = sorted(str(k) for k in data)[0]
-            raise InvalidInput(f"{name}: unknown field; evolve takes no parameters", field=name)
+        inputs.evolve_input(request.data)
         return Response(evolve_json(engine.engine_evolve(workspace=access.workspace)))
 
 
@@ -198,10 +185,6 @@ class DreamOut(serializers.Serializer[Any]):
     run_id = serializers.CharField(allow_null=True, help_text="the evolution run holding the tier moves")
     dry_run = serializers.BooleanField()
     report = serializers.DictField(help_text="see docs/engine.md")
-
-
-class DreamIn(serializers.Serializer[Any]):
-    dry_run = serializers.BooleanField(default=False, help_text="true previews and stores nothing")
 
 
 class DreamListOut(serializers.Serializer[Any]):
@@ -223,15 +206,9 @@ class DreamApi(APIView):
         reports = dream.dream_report_list(workspace=access.workspace, limit=limit)
         return Response({"results": [dream_json(r) for r in reports]})
 
-    @extend_schema(request=DreamIn, responses={200: DreamOut, 201: DreamOut, **ERRORS})
+    @extend_schema(request=inputs.DreamIn, responses={200: DreamOut, 201: DreamOut, **ERRORS})
     def post(self, request: Request, ws: str) -> Response:
-        data = _body(request)
-        unknown = sorted(str(k) for k in data if k not in DREAM_FIELDS)
-        if unknown:
-            raise InvalidInput(f"{unknown[0]}: unknown field; expected dry_run", field=unknown[0])
-        dry_run = data.get("dry_run", False)
-        if not isinstance(dry_run, bool):
-            raise InvalidInput("dry_run: expected true or false", field="dry_run")
+        dry_run = inputs.dream_input(request.data).dry_run
         # A dry run changes nothing, so every member may preview; applying needs an editor.
         access = selectors.workspace_access(user=request.user, slug=ws, require="view" if dry_run else "edit")
         report = dream.dream_run(workspace=access.workspace, actor=request.user, dry_run=dry_run)

@@ -231,6 +231,8 @@ def test_evolve_returns_what_it_proposed_and_is_idempotent(api: APIClient, works
     assert again == {"created": [], "vetoed": [], "questions": []}
     bad = api.post(url("acme", "engine", "evolve"), {"force": True}, format="json")
     assert (bad.status_code, bad.json()["field"]) == (400, "force")
+    assert bad.json()["detail"] == "force: unknown field; evolve takes no parameters"
+    assert api.post(url("acme", "engine", "evolve")).status_code == 200
 
 
 def test_approve_and_reject_through_the_proposals_api_feed_the_engine(api: APIClient, workspace: Any) -> None:
@@ -274,6 +276,8 @@ def test_dream_applies_by_default_and_a_dry_run_stores_nothing(api: APIClient, w
     assert api.get(url("acme", "dream", str(body["id"]))).json()["report"] == body["report"]
     bad = api.post(url("acme", "dream"), {"dry_run": "yes"}, format="json")
     assert (bad.status_code, bad.json()["field"]) == (400, "dry_run")
+    unknown = api.post(url("acme", "dream"), {"dryrun": True}, format="json")
+    assert (unknown.status_code, unknown.json()["detail"]) == (400, "dryrun: unknown field; expected dry_run")
 
 
 def test_a_dream_report_of_another_workspace_is_not_found(
