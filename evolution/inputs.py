@@ -1,19 +1,23 @@
-"""The request bodies of the evolution API: runs, evolve and the dream; and ``Body``, the base of every evolution
-body (the engine's are ``evolution.engine_inputs``).
+"""The request bodies of the evolution API: runs, evolve, the dream and proposal decisions; and ``Body``, the base
+of every evolution body (the engine's are ``evolution.engine_inputs``).
 
 Each body is a ``core.schemas.RequestBody``: the one definition that validates a request and documents it in the
 OpenAPI schema (and, for the engine's, the MCP tools' arguments). Every refusal is an ``InvalidInput`` naming the
-field. What needs the database (does this evolver exist) is the services' to check.
+field. What needs the database (does this evolver exist, may this proposal's payload change this key) is the
+services' to check.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Final
 
 from pydantic import BeforeValidator, Field, ValidationInfo, WithJsonSchema, field_validator
 
-from core.schemas import RequestBody, parse, reject
-from memories.inputs import NOT_SENT
+from core.schemas import JsonObject, RequestBody, Text, parse, reject
+from memories.inputs import MAX_METADATA_BYTES, NOT_SENT
+
+MAX_REASON_CHARS: Final = 2000
+"""The longest reason a person gives for a decision on a proposal."""
 
 
 class Body(RequestBody):
@@ -101,3 +105,36 @@ def evolve_input(raw: Any) -> EvolveIn:
 
 def dream_input(raw: Any) -> DreamIn:
     return parse(DreamIn, optional_body(raw))
+
+
+# -- proposal decisions ---------------------------------------------------------------------------------------
+
+Reason = Annotated[str, Text(MAX_REASON_CHARS, null=True, clean=str.strip, description="why, kept with the decision")]
+
+
+class ProposalApproveIn(Body):
+    """POST proposals/{id}/approve/: approve, optionally a reviewer's modified payload."""
+
+    payload: Annotated[
+        dict[str, Any],
+        JsonObject(
+            MAX_METADATA_BYTES,
+            description="the keys of the payload a reviewer changed, to approve instead of the proposed values "
+            "(which keys may change depends on the proposal's kind); empty or null approves it as proposed",
+        ),
+    ] = Field(default_factory=dict)
+    reason: Reason = ""
+
+
+class ProposalRejectIn(Body):
+    """POST proposals/{id}/reject/."""
+
+    reason: Reason = ""
+
+
+def proposal_approve_input(raw: Any) -> ProposalApproveIn:
+    return parse(ProposalApproveIn, optional_body(raw))
+
+
+def proposal_reject_input(raw: Any) -> ProposalRejectIn:
+    return parse(ProposalRejectIn, optional_body(raw))
