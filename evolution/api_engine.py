@@ -252,11 +252,6 @@ class ExportApi(APIView):
         return response
 
 
-class ImportIn(serializers.Serializer[Any]):
-    file = serializers.FileField(required=False, help_text="multipart: a zip of the directory")
-    files = serializers.DictField(child=serializers.CharField(), required=False, help_text="JSON: path -> text")
-
-
 class ImportOut(serializers.Serializer[Any]):
     created = serializers.DictField(child=serializers.IntegerField(), help_text="per kind")
     skipped = serializers.DictField(child=serializers.IntegerField(), help_text="already in the workspace")
@@ -266,17 +261,15 @@ class ImportOut(serializers.Serializer[Any]):
 class ImportApi(APIView):
     parser_classes = [JSONParser, MultiPartParser]
 
-    @extend_schema(request=ImportIn, responses={201: ImportOut, **ERRORS})
+    @extend_schema(
+        request={"application/json": memdir_import.ImportIn, "multipart/form-data": memdir_import.ImportUploadIn},
+        responses={201: ImportOut, **ERRORS},
+    )
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         try:
             if request.content_type.startswith("multipart/"):
-                upload = request.FILES.get("file")
-                if upload is None:
-                    raise InvalidInput("file: attach the directory as a zip in the field 'file'", field="file")
-                if upload.size is not None and upload.size > memdir_import.MAX_ZIP_BYTES:
-                    raise InvalidInput("file: larger than 20 MB", field="file")
-                files = memdir_import.memdir_files_from_zip(upload.read())
+                files = memdir_import.memdir_files_from_upload(request.FILES)
             else:
                 files = memdir_import.memdir_files_from_json(request.data)
             summary = memdir_import.memdir_import(workspace=access.workspace, files=files, actor=request.user)

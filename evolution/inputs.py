@@ -1,5 +1,5 @@
 """The request bodies of the evolution API: runs, evolve, the dream and proposal decisions; and ``Body``, the base
-of every evolution body (the engine's are ``evolution.engine_inputs``).
+of every evolution body (the engine's are ``evolution.engine_inputs``, an import's ``evolution.memdir_import``).
 
 Each body is a ``core.schemas.RequestBody``: the one definition that validates a request and documents it in the
 OpenAPI schema (and, for the engine's, the MCP tools' arguments). Every refusal is an ``InvalidInput`` naming the

@@ -347,5 +347,13 @@ def test_bad_import_uploads_name_the_field(api: APIClient, workspace: Any) -> No
     assert (missing.status_code, missing.json()["field"]) == (400, "file")
     empty = api.post(url("acme", "import"), {"files": {}}, format="json")
     assert (empty.status_code, empty.json()["field"]) == (400, "files")
+    not_text = api.post(url("acme", "import"), {"files": {"hot/memory.md": 3}}, format="json")
+    assert (not_text.status_code, not_text.json()["field"]) == (400, "files.hot/memory.md")
+    unknown = api.post(url("acme", "import"), {"files": {"hot/memory.md": "- a\n"}, "mode": "merge"}, format="json")
+    assert (unknown.status_code, unknown.json()["detail"]) == (400, "mode: unknown field; expected files")
+    other_upload = api.post(
+        url("acme", "import"), {"file": io.BytesIO(b"x"), "zip": io.BytesIO(b"y")}, format="multipart"
+    )
+    assert (other_upload.status_code, other_upload.json()["field"]) == (400, "zip")
     bad_format = api.get(url("acme", "export") + "?format=tar")
     assert (bad_format.status_code, bad_format.json()["field"]) == (400, "format")
