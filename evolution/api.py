@@ -15,8 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.errors import InvalidInput
-from evolution import jobs, selectors, services
+from evolution import inputs, jobs, selectors, services
 from evolution.evolvers.base import REASONS
 from evolution.models import EvolutionRun
 from history.models import EvolutionRecord
@@ -27,7 +26,6 @@ from memories.inputs import int_param
 from memories.serializers import ErrorOut, iso_z
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
-RUN_FIELDS = frozenset({"evolvers", "dry_run", "apply"})
 RECORDS_PAGE = 100
 # A history entry lists the other memories of its record only when there are few of them.
 HISTORY_MAX_IDS = 20
@@ -111,35 +109,6 @@ def _limit(request: Request, default: int) -> int:
     return default if value is None else value
 
 
-def run_input(data: Any) -> tuple[list[str] | None, bool]:
-    """Validate {evolvers?: [names], dry_run?: bool, apply?: bool}; a dry run unless asked otherwise."""
-    if data is None or data == "":
-        data = {}
-    if not isinstance(data, dict):
-        raise InvalidInput("body: expected a JSON object", field="body")
-    unknown = sorted(set(data) - RUN_FIELDS)
-    if unknown:
-        raise InvalidInput(f"{unknown[0]}: unknown field; expected {', '.join(sorted(RUN_FIELDS))}", field=unknown[0])
-    evolvers = data.get("evolvers")
-    if evolvers is not None and (not isinstance(evolvers, list) or not all(isinstance(e, str) for e in evolvers)):
-        raise InvalidInput("evolvers: expected a list of evolver names", field="evolvers")
-    for name in ("dry_run", "apply"):
-        if name in data and not isinstance(data[name], bool):
-            raise InvalidInput(f"{name}: expected true or false", field=name)
-    dry_run = data.get("dry_run", True)
-    if "apply" in data:
-        if "dry_run" in data and data["dry_run"] == data["apply"]:
-            raise InvalidInput("apply: contradicts dry_run", field="apply")
-        dry_run = not data["apply"]
-    return evolvers, dry_run
-
-
-class RunIn(serializers.Serializer[Any]):
-    evolvers = serializers.ListField(child=serializers.CharField(), required=False)
-    dry_run = serializers.BooleanField(default=True, help_text="true (default) previews; false applies")
-    apply = serializers.BooleanField(required=False, help_text="alias: apply=true is dry_run=false")
-
-
 class RecordOut(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     run_id = serializers.CharField(allow_null=True)
@@ -216,13 +185,15 @@ class EvolutionRunListCreateApi(APIView):
         runs = selectors.run_list(workspace=access.workspace, limit=_limit(request, 50))
         return Response({"results": [run_summary_json(r) for r in runs]})
 
-    @extend_schema(request=RunIn, responses={202: RunOut, **ERRORS}, operation_id="evolution_run_create")
+    @extend_schema(request=inputs.RunIn, responses={202: RunOut, **ERRORS}, operation_id="evolution_run_create")
     def post(self, request: Request, ws: str) -> Response:
         """Queue a run (a background job): 202 with the run, ``status`` queued; follow it with GET or
         the workspace socket. Editors and owners only, dry runs included (a run costs the server work)."""
         access = memory_selectors.workspace_access(user=request.user, slug=ws, require="edit")
-        evolvers, dry_run = run_input(request.data)
-        run = jobs.run_enqueue(workspace=access.workspace, actor=request.user, evolvers=evolvers, dry_run=dry_run)
+        body = inputs.run_input(request.data)
+        run = jobs.run_enqueue(
+            workspace=access.workspace, actor=request.user, evolvers=body.evolvers, dry_run=body.is_dry_run()
+        )
         return Response(run_json(run), status=status.HTTP_202_ACCEPTED)
 
 

@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import InvalidInput
-from evolution import dream, engine, engine_inputs, engine_selectors, memdir_export, memdir_import
+from evolution import dream, engine, engine_inputs, engine_selectors, inputs, memdir_export, memdir_import
 from evolution.api_proposals import proposal_json
 from evolution.models import DreamReport, Outcome
 from memories import selectors
@@ -30,16 +30,6 @@ from memories.api_parsers import JSONParser
 from memories.serializers import ErrorOut, MemoryOut, iso_z, memory_json
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
-DREAM_FIELDS = frozenset({"dry_run"})
-
-
-def _body(request: Request) -> dict[str, Any]:
-    data: Any = request.data
-    if data is None or data == "":
-        return {}
-    if not isinstance(data, dict):
-        raise InvalidInput("body: expected a JSON object", field="body")
-    return dict(data)
 
 
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
@@ -96,16 +86,6 @@ OutcomeOut = inline_serializer("OutcomeOut", fields=_outcome_fields())
 
 
 class OutcomeListCreateApi(APIView):
-    InputSerializer = inline_serializer(
-        "OutcomeIn",
-        fields={
-            "task_type": serializers.CharField(max_length=engine_inputs.MAX_TASK_TYPE),
-            "result": serializers.ChoiceField(choices=["success", "fail"]),
-            "approach": serializers.CharField(required=False, max_length=engine_inputs.MAX_APPROACH),
-            "context": serializers.DictField(required=False, help_text="{lesson?, issue?, solution?}"),
-            "created_at": serializers.DateTimeField(required=False, help_text="for history recorded later"),
-        },
-    )
     OutputSerializer = inline_serializer(
         "OutcomeCreated",
         fields={
@@ -135,7 +115,7 @@ class OutcomeListCreateApi(APIView):
         page, cursor = engine_selectors.outcome_list(workspace=access.workspace, after_id=after, limit=limit)
         return Response({"results": [outcome_json(o) for o in page], "next": cursor})
 
-    @extend_schema(request=InputSerializer, responses={201: OutputSerializer, **ERRORS})
+    @extend_schema(request=engine_inputs.OutcomeIn, responses={201: OutputSerializer, **ERRORS})
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         item = engine_inputs.outcome_input(request.data)
@@ -145,18 +125,7 @@ class OutcomeListCreateApi(APIView):
 
 
 class CorrectionCreateApi(APIView):
-    InputSerializer = inline_serializer(
-        "CorrectionIn",
-        fields={
-            "what_i_did_wrong": serializers.CharField(),
-            "what_i_should_do": serializers.CharField(),
-            "context": serializers.CharField(),
-            "topic": serializers.CharField(required=False, help_text="the subject it wins; default: none"),
-            "created_at": serializers.DateTimeField(required=False),
-        },
-    )
-
-    @extend_schema(request=InputSerializer, responses={201: MemoryOut, **ERRORS})
+    @extend_schema(request=engine_inputs.CorrectionIn, responses={201: MemoryOut, **ERRORS})
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         item = engine_inputs.correction_input(request.data)
@@ -172,19 +141,8 @@ class ReflectionKnownOut(MemoryOut):
 
 
 class ReflectionCreateApi(APIView):
-    InputSerializer = inline_serializer(
-        "ReflectionIn",
-        fields={
-            "context": serializers.CharField(),
-            "reflection": serializers.CharField(),
-            "lesson": serializers.CharField(),
-            "topic": serializers.CharField(required=False),
-            "created_at": serializers.DateTimeField(required=False),
-        },
-    )
-
     @extend_schema(
-        request=InputSerializer,
+        request=engine_inputs.ReflectionIn,
         responses={201: MemoryOut, 200: ReflectionKnownOut, **ERRORS},
         description="201 with the new reflection; 200 with the memory that already holds it (the same "
         "reflection, or a HOT rule of its lesson) and `deduplicated` saying which, when nothing was written.",
@@ -214,13 +172,10 @@ class WorldModelApi(APIView):
 
 
 class EvolveApi(APIView):
-    @extend_schema(request=None, responses={200: ProposalsOut, **ERRORS})
+    @extend_schema(request=inputs.EvolveIn, responses={200: ProposalsOut, **ERRORS})
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
-        data = _body(request)
-        if data:
-            name = sorted(str(k) for k in data)[0]
-            raise InvalidInput(f"{name}: unknown field; evolve takes no parameters", field=name)
+        inputs.evolve_input(request.data)
         return Response(evolve_json(engine.engine_evolve(workspace=access.workspace)))
 
 
@@ -230,10 +185,6 @@ class DreamOut(serializers.Serializer[Any]):
     run_id = serializers.CharField(allow_null=True, help_text="the evolution run holding the tier moves")
     dry_run = serializers.BooleanField()
     report = serializers.DictField(help_text="see docs/engine.md")
-
-
-class DreamIn(serializers.Serializer[Any]):
-    dry_run = serializers.BooleanField(default=False, help_text="true previews and stores nothing")
 
 
 class DreamListOut(serializers.Serializer[Any]):
@@ -255,15 +206,9 @@ class DreamApi(APIView):
         reports = dream.dream_report_list(workspace=access.workspace, limit=limit)
         return Response({"results": [dream_json(r) for r in reports]})
 
-    @extend_schema(request=DreamIn, responses={200: DreamOut, 201: DreamOut, **ERRORS})
+    @extend_schema(request=inputs.DreamIn, responses={200: DreamOut, 201: DreamOut, **ERRORS})
     def post(self, request: Request, ws: str) -> Response:
-        data = _body(request)
-        unknown = sorted(str(k) for k in data if k not in DREAM_FIELDS)
-        if unknown:
-            raise InvalidInput(f"{unknown[0]}: unknown field; expected dry_run", field=unknown[0])
-        dry_run = data.get("dry_run", False)
-        if not isinstance(dry_run, bool):
-            raise InvalidInput("dry_run: expected true or false", field="dry_run")
+        dry_run = inputs.dream_input(request.data).dry_run
         # A dry run changes nothing, so every member may preview; applying needs an editor.
         access = selectors.workspace_access(user=request.user, slug=ws, require="view" if dry_run else "edit")
         report = dream.dream_run(workspace=access.workspace, actor=request.user, dry_run=dry_run)
@@ -307,11 +252,6 @@ class ExportApi(APIView):
         return response
 
 
-class ImportIn(serializers.Serializer[Any]):
-    file = serializers.FileField(required=False, help_text="multipart: a zip of the directory")
-    files = serializers.DictField(child=serializers.CharField(), required=False, help_text="JSON: path -> text")
-
-
 class ImportOut(serializers.Serializer[Any]):
     created = serializers.DictField(child=serializers.IntegerField(), help_text="per kind")
     skipped = serializers.DictField(child=serializers.IntegerField(), help_text="already in the workspace")
@@ -321,17 +261,15 @@ class ImportOut(serializers.Serializer[Any]):
 class ImportApi(APIView):
     parser_classes = [JSONParser, MultiPartParser]
 
-    @extend_schema(request=ImportIn, responses={201: ImportOut, **ERRORS})
+    @extend_schema(
+        request={"application/json": memdir_import.ImportIn, "multipart/form-data": memdir_import.ImportUploadIn},
+        responses={201: ImportOut, **ERRORS},
+    )
     def post(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
         try:
             if request.content_type.startswith("multipart/"):
-                upload = request.FILES.get("file")
-                if upload is None:
-                    raise InvalidInput("file: attach the directory as a zip in the field 'file'", field="file")
-                if upload.size is not None and upload.size > memdir_import.MAX_ZIP_BYTES:
-                    raise InvalidInput("file: larger than 20 MB", field="file")
-                files = memdir_import.memdir_files_from_zip(upload.read())
+                files = memdir_import.memdir_files_from_upload(request.FILES)
             else:
                 files = memdir_import.memdir_files_from_json(request.data)
             summary = memdir_import.memdir_import(workspace=access.workspace, files=files, actor=request.user)

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import InvalidInput
-from evolution import proposals, typed_selectors
+from evolution import inputs, proposals, typed_selectors
 from evolution.models import Proposal
 from memories import selectors
 from memories.serializers import ErrorOut, iso_z
@@ -99,52 +99,28 @@ class ProposalDetailApi(APIView):
         )
 
 
-def _body(request: Request) -> dict[str, Any]:
-    data = request.data if request.data is not None else {}
-    if not isinstance(data, dict):
-        raise InvalidInput("body: expected a JSON object", field="body")
-    return dict(data)
-
-
-def _reason(data: dict[str, Any]) -> str:
-    reason = data.get("reason", "")
-    if reason is None:
-        return ""
-    if not isinstance(reason, str):
-        raise InvalidInput("reason: expected a string", field="reason")
-    return reason
-
-
 class ProposalApproveApi(APIView):
-    class ProposalApproveIn(serializers.Serializer[Any]):
-        payload = serializers.JSONField(required=False, help_text="modified payload to approve instead")
-        reason = serializers.CharField(required=False)
-
-    @extend_schema(request=ProposalApproveIn, responses={200: ProposalOut, **ERRORS})
+    @extend_schema(request=inputs.ProposalApproveIn, responses={200: ProposalOut, **ERRORS})
     def post(self, request: Request, ws: str, proposal_id: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
-        data = _body(request)
-        payload = data.get("payload")
-        if payload is not None and not isinstance(payload, dict):
-            raise InvalidInput("payload: expected a JSON object", field="payload")
+        body = inputs.proposal_approve_input(request.data)
         proposal = proposals.proposal_approve(
             workspace=access.workspace,
             proposal_id=proposal_id,
             actor=request.user,
-            payload=payload,
-            reason=_reason(data),
+            # No changes approves the payload as proposed (a status of approved, not modified).
+            payload=body.payload or None,
+            reason=body.reason,
         )
         return Response(proposal_json(proposal))
 
 
 class ProposalRejectApi(APIView):
-    class ProposalRejectIn(serializers.Serializer[Any]):
-        reason = serializers.CharField(required=False)
-
-    @extend_schema(request=ProposalRejectIn, responses={200: ProposalOut, **ERRORS})
+    @extend_schema(request=inputs.ProposalRejectIn, responses={200: ProposalOut, **ERRORS})
     def post(self, request: Request, ws: str, proposal_id: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws, require="edit")
+        body = inputs.proposal_reject_input(request.data)
         proposal = proposals.proposal_reject(
-            workspace=access.workspace, proposal_id=proposal_id, actor=request.user, reason=_reason(_body(request))
+            workspace=access.workspace, proposal_id=proposal_id, actor=request.user, reason=body.reason
         )
         return Response(proposal_json(proposal))

@@ -119,7 +119,8 @@ def reflection_apply(workspace: Workspace, proposal: Proposal, actor: User | Non
     """Write the approved reflection (see module doc); one record holding the created memory."""
     payload = proposal.payload if isinstance(proposal.payload, dict) else {}
     modified = reviewer_changed(payload, REFLECTION_EDITABLE)
-    fields = {k: payload.get(k) for k in sorted(REFLECTION_EDITABLE)}
+    # A part the payload lacks (or holds as null) is missing, as a body leaving it out would be.
+    fields = {k: payload[k] for k in sorted(REFLECTION_EDITABLE) if payload.get(k) is not None}
     try:
         item = engine_inputs.reflection_input(fields)
     except InvalidInput as exc:

@@ -1,9 +1,12 @@
-"""Inputs of the engine: the bodies of POST outcomes/, corrections/ and reflections/ (and the commands that
-record them), parsed and validated, and the memories a correction and a reflection are stored as.
+"""Inputs of the engine: the bodies of POST outcomes/, corrections/ and reflections/ (the MCP tools record_outcome,
+record_correction and add_reflection take the same), the values they become, and the memories a correction and
+a reflection are stored as.
 
-Every bad field is an ``InvalidInput`` naming it (``context.lesson`` for a nested one). Free text bound for
-the memory-evolution directory (task types, approaches, topics, correction and reflection fields) is kept on
-one line: runs of whitespace become one space.
+Each body is a ``core.schemas.RequestBody`` (``OutcomeIn``, ``CorrectionIn``, ``ReflectionIn``): the one definition
+that validates it, documents it in the OpenAPI schema and gives the MCP tools their arguments. Every bad field is
+an ``InvalidInput`` naming it (``context.lesson`` for a nested one). Free text bound for the memory-evolution
+directory (task types, approaches, topics, correction and reflection fields) is kept on one line: runs of
+whitespace become one space. Services take the frozen dataclasses, which code elsewhere builds directly.
 """
 
 from __future__ import annotations
@@ -11,11 +14,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Annotated, Any, Final
+
+from pydantic import Field, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
 
 from core.errors import InvalidInput
+from core.schemas import OneOf, Text, When, parse
+from evolution.inputs import Body
 from evolution.models import OutcomeResult
-from memories.inputs import MemoryInput, origin_tier, parse_when, refuse_unstorable
+from memories.inputs import MemoryInput, origin_tier
 from memories.models import MemoryType, Tier
 
 DEFAULT_APPROACH: Final = "default"
@@ -29,10 +38,6 @@ MAX_APPROACH: Final = 200
 MAX_TOPIC: Final = 200
 MAX_TEXT: Final = 10_000
 
-OUTCOME_FIELDS: Final = frozenset({"task_type", "result", "approach", "context", "created_at"})
-OUTCOME_CONTEXT_FIELDS: Final = frozenset({"lesson", "issue", "solution"})
-CORRECTION_FIELDS: Final = frozenset({"what_i_did_wrong", "what_i_should_do", "context", "topic", "created_at"})
-REFLECTION_FIELDS: Final = frozenset({"context", "reflection", "lesson", "topic", "created_at"})
 # Reviewer edits of a strategy proposal that approval accepts (the rest is what was reviewed).
 STRATEGY_EDITABLE: Final = frozenset({"rule", "task_type", "title"})
 
@@ -76,98 +81,111 @@ class ReflectionInput:
     created_at: datetime | None = None
 
 
-def _object(raw: Any, name: str) -> Mapping[str, Any]:
-    if not isinstance(raw, Mapping):
-        raise InvalidInput(f"{name}: expected a JSON object", field=name)
-    return raw
+# -------------------------------------------------------------------------------------------- bodies
 
 
-def _no_unknown(data: Mapping[str, Any], allowed: frozenset[str], prefix: str = "") -> None:
-    unknown = sorted(str(k) for k in data if k not in allowed)
-    if unknown:
-        name = f"{prefix}{unknown[0]}"
-        raise InvalidInput(f"{name}: unknown field; expected {', '.join(sorted(allowed))}", field=name)
+def _line(max_length: int, description: str) -> Text:
+    """Optional text kept on one line; null is none."""
+    return Text(max_length, null=True, clean=one_line, description=description)
 
 
-def _text(
-    data: Mapping[str, Any], key: str, *, prefix: str = "", required: bool, max_len: int, single_line: bool
-) -> str:
-    name = f"{prefix}{key}"
-    value = data.get(key)
-    if value is None:
-        if required:
-            raise InvalidInput(f"{name}: this field is required", field=name)
-        return ""
-    if not isinstance(value, str):
-        raise InvalidInput(f"{name}: expected a string", field=name)
-    cleaned = one_line(value) if single_line else value.strip()
-    if required and not cleaned:
-        raise InvalidInput(f"{name}: must not be blank", field=name)
-    if len(cleaned) > max_len:
-        raise InvalidInput(f"{name}: longer than {max_len} characters", field=name)
-    refuse_unstorable(cleaned, name)
-    return cleaned
+def _required_line(max_length: int, description: str) -> Text:
+    """Required text kept on one line, not blank."""
+    return Text(max_length, blank=False, clean=one_line, description=description)
+
+
+@dataclass(frozen=True)
+class _Nested:
+    """Documents a nested body's field as an object beside its reference (an MCP client reads each argument's
+    type)."""
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {"type": "object", **handler(schema)}
+
+
+class OutcomeContextIn(Body):
+    """What the task taught; every part optional."""
+
+    lesson: Annotated[str, _line(MAX_TEXT, "what to do next time")] = ""
+    issue: Annotated[str, Text(MAX_TEXT, null=True, clean=str.strip, description="what went wrong")] = ""
+    solution: Annotated[str, Text(MAX_TEXT, null=True, clean=str.strip, description="what fixed it")] = ""
+
+
+class OutcomeIn(Body):
+    """How a task went (POST outcomes/, the record_outcome tool)."""
+
+    task_type: Annotated[str, _required_line(MAX_TASK_TYPE, "the kind of task")]
+    result: Annotated[str, OneOf(tuple(OutcomeResult.values), description="how it went")]
+    approach: Annotated[str, _line(MAX_APPROACH, "how it was done")] = DEFAULT_APPROACH
+    context: Annotated[OutcomeContextIn | None, _Nested()] = None
+    created_at: When = Field(None, description="when it happened, for history recorded later")
+
+    def value(self) -> OutcomeInput:
+        context = self.context or OutcomeContextIn()
+        return OutcomeInput(
+            task_type=self.task_type,
+            result=self.result,
+            approach=self.approach or DEFAULT_APPROACH,
+            lesson=context.lesson,
+            issue=context.issue,
+            solution=context.solution,
+            created_at=self.created_at,
+        )
+
+
+class CorrectionIn(Body):
+    """What was done wrong and what to do instead (POST corrections/, the record_correction tool)."""
+
+    what_i_did_wrong: Annotated[str, _required_line(MAX_TEXT, "the mistake")]
+    what_i_should_do: Annotated[str, _required_line(MAX_TEXT, "the right way")]
+    context: Annotated[str, _required_line(MAX_TEXT, "where it happened")]
+    topic: Annotated[str, _line(MAX_TOPIC, "the subject the correction wins")] = DEFAULT_TOPIC
+    created_at: When = Field(None, description="when it was corrected")
+
+    def value(self) -> CorrectionInput:
+        return CorrectionInput(
+            what_i_did_wrong=self.what_i_did_wrong,
+            what_i_should_do=self.what_i_should_do,
+            context=self.context,
+            topic=self.topic or DEFAULT_TOPIC,
+            created_at=self.created_at,
+        )
+
+
+class ReflectionIn(Body):
+    """A reflection on a task and its lesson (POST reflections/, the add_reflection tool)."""
+
+    context: Annotated[str, _required_line(MAX_TEXT, "the task reflected on")]
+    reflection: Annotated[str, _required_line(MAX_TEXT, "what was noticed")]
+    lesson: Annotated[str, _required_line(MAX_TEXT, "the lesson drawn")]
+    topic: Annotated[str, _line(MAX_TOPIC, "the subject")] = ""
+    created_at: When = Field(None, description="when it was written")
+
+    def value(self) -> ReflectionInput:
+        return ReflectionInput(
+            context=self.context,
+            reflection=self.reflection,
+            lesson=self.lesson,
+            topic=self.topic or None,
+            created_at=self.created_at,
+        )
+
+
+# ---------------------------------------------------------------------------------------- entry points
 
 
 def outcome_input(raw: Any) -> OutcomeInput:
-    """Validate ``{task_type, result: success|fail, approach?, context?: {lesson?, issue?, solution?},
-    created_at?}``; every bad field is an InvalidInput naming it."""
-    data = _object(raw, "body")
-    _no_unknown(data, OUTCOME_FIELDS)
-    task_type = _text(data, "task_type", required=True, max_len=MAX_TASK_TYPE, single_line=True)
-    result = data.get("result")
-    if result is None:
-        raise InvalidInput("result: this field is required", field="result")
-    if result not in OutcomeResult.values:
-        raise InvalidInput(f"result: {result!r} is not one of success, fail", field="result")
-    approach = _text(data, "approach", required=False, max_len=MAX_APPROACH, single_line=True)
-    context = data.get("context")
-    lesson = issue = solution = ""
-    if context is not None:
-        ctx = _object(context, "context")
-        _no_unknown(ctx, OUTCOME_CONTEXT_FIELDS, "context.")
-        lesson = _text(ctx, "lesson", prefix="context.", required=False, max_len=MAX_TEXT, single_line=True)
-        issue = _text(ctx, "issue", prefix="context.", required=False, max_len=MAX_TEXT, single_line=False)
-        solution = _text(ctx, "solution", prefix="context.", required=False, max_len=MAX_TEXT, single_line=False)
-    return OutcomeInput(
-        task_type=task_type,
-        result=str(result),
-        approach=approach or DEFAULT_APPROACH,
-        lesson=lesson,
-        issue=issue,
-        solution=solution,
-        created_at=parse_when(data.get("created_at"), "created_at"),
-    )
-
-
-def _topic(data: Mapping[str, Any]) -> str:
-    return _text(data, "topic", required=False, max_len=MAX_TOPIC, single_line=True)
+    return parse(OutcomeIn, raw).value()
 
 
 def correction_input(raw: Any) -> CorrectionInput:
-    """Validate ``{what_i_did_wrong, what_i_should_do, context, topic?, created_at?}``."""
-    data = _object(raw, "body")
-    _no_unknown(data, CORRECTION_FIELDS)
-    return CorrectionInput(
-        what_i_did_wrong=_text(data, "what_i_did_wrong", required=True, max_len=MAX_TEXT, single_line=True),
-        what_i_should_do=_text(data, "what_i_should_do", required=True, max_len=MAX_TEXT, single_line=True),
-        context=_text(data, "context", required=True, max_len=MAX_TEXT, single_line=True),
-        topic=_topic(data) or DEFAULT_TOPIC,
-        created_at=parse_when(data.get("created_at"), "created_at"),
-    )
+    return parse(CorrectionIn, raw).value()
 
 
 def reflection_input(raw: Any) -> ReflectionInput:
-    """Validate ``{context, reflection, lesson, topic?, created_at?}``."""
-    data = _object(raw, "body")
-    _no_unknown(data, REFLECTION_FIELDS)
-    return ReflectionInput(
-        context=_text(data, "context", required=True, max_len=MAX_TEXT, single_line=True),
-        reflection=_text(data, "reflection", required=True, max_len=MAX_TEXT, single_line=True),
-        lesson=_text(data, "lesson", required=True, max_len=MAX_TEXT, single_line=True),
-        topic=_topic(data) or None,
-        created_at=parse_when(data.get("created_at"), "created_at"),
-    )
+    return parse(ReflectionIn, raw).value()
 
 
 # ---------------------------------------------------------------------------------------- stored as

@@ -14,8 +14,9 @@ from django import forms
 from evolution.dream_proposals import REFLECTION_EDITABLE
 from evolution.engine_inputs import MAX_TASK_TYPE, MAX_TEXT, STRATEGY_EDITABLE
 from evolution.evolvers import EVOLVERS, default_cycle
+from evolution.inputs import MAX_REASON_CHARS
 from evolution.models import Proposal, ProposalKind
-from evolution.proposals import MAX_REASON_CHARS, SUMMARY_EDITABLE
+from evolution.proposals import SUMMARY_EDITABLE
 from memories.inputs import MAX_CONTENT_CHARS
 from memories.models import MemoryType
 

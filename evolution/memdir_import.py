@@ -21,13 +21,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
 from pathlib import PurePosixPath
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.utils import timezone
+from pydantic import BeforeValidator, WithJsonSchema
 
 from core.errors import DomainError, InvalidInput
+from core.schemas import parse, reject
 from evolution.algorithms import memdir
 from evolution.algorithms.engine import strategy_key
 from evolution.engine import ENGINE_ORIGIN
@@ -42,6 +45,7 @@ from evolution.engine_inputs import (
     reflection_memory_input,
 )
 from evolution.engine_selectors import reflection_fields
+from evolution.inputs import Body
 from evolution.memdir_common import (
     LINEAGE_EVOLVER,
     RULE_TYPES,
@@ -159,30 +163,80 @@ def memdir_files_from_zip(data: bytes) -> dict[str, str]:
     return _strip_common_folder(files)
 
 
+def _file_text(value: Any) -> str:
+    if not isinstance(value, str):
+        reject("expected the file's text (a string)")
+    return value
+
+
+def _file_map(value: Any) -> Any:
+    if not isinstance(value, dict) or not value:
+        reject("expected a non-empty object of path -> text")
+    if len(value) > MAX_FILES:
+        reject(f"more than {MAX_FILES} files")
+    return value
+
+
+class ImportIn(Body):
+    """POST import/ as JSON: the directory's files."""
+
+    files: Annotated[
+        dict[str, Annotated[str, BeforeValidator(_file_text)]],
+        BeforeValidator(_file_map),
+        WithJsonSchema(
+            {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "minProperties": 1,
+                "maxProperties": MAX_FILES,
+                "description": "path in the directory (hot/memory.md, engine/sensor.json...) -> the file's text",
+            }
+        ),
+    ]
+
+
+def _zip_upload(value: Any) -> UploadedFile:
+    if not isinstance(value, UploadedFile):
+        reject("attach the directory as a zip in the field 'file'")
+    if value.size is not None and value.size > MAX_ZIP_BYTES:
+        reject(f"larger than {MAX_ZIP_BYTES // (1024 * 1024)} MB")
+    return value
+
+
+class ImportUploadIn(Body):
+    """POST import/ as multipart/form-data: the directory as a zip."""
+
+    file: Annotated[
+        Any,
+        BeforeValidator(_zip_upload),
+        WithJsonSchema(
+            {
+                "type": "string",
+                "format": "binary",
+                "description": f"a zip of the directory, at most {MAX_ZIP_BYTES // (1024 * 1024)} MB",
+            }
+        ),
+    ]
+
+
 def memdir_files_from_json(raw: Any) -> dict[str, str]:
-    """Validate ``{"files": {path: text}}`` (the JSON form of an upload)."""
-    if not isinstance(raw, Mapping):
-        raise InvalidInput("body: expected a JSON object with files", field="body")
-    unknown = sorted(str(k) for k in raw if k != "files")
-    if unknown:
-        raise InvalidInput(f"{unknown[0]}: unknown field; expected files", field=unknown[0])
-    files = raw.get("files")
-    if not isinstance(files, Mapping) or not files:
-        raise InvalidInput("files: expected a non-empty object of path -> text", field="files")
-    if len(files) > MAX_FILES:
-        raise InvalidInput(f"files: more than {MAX_FILES} files", field="files")
+    """The files of ``{"files": {path: text}}`` (the JSON form of an upload); unsafe paths are DirectoryInvalid."""
     out: dict[str, str] = {}
     problems: list[memdir.Problem] = []
-    for path, text in files.items():
-        if not isinstance(text, str):
-            raise InvalidInput(f"files.{path}: expected the file's text (a string)", field=f"files.{path}")
-        if _unsafe(str(path)):
-            problems.append(memdir.Problem(str(path), None, "unsafe path: paths must be relative and stay inside"))
-        elif not _skipped(str(path).split("/")):
-            out[str(path)] = text
+    for path, text in parse(ImportIn, raw).files.items():
+        if _unsafe(path):
+            problems.append(memdir.Problem(path, None, "unsafe path: paths must be relative and stay inside"))
+        elif not _skipped(path.split("/")):
+            out[path] = text
     if problems:
         raise DirectoryInvalid(problems)
     return _strip_common_folder(out)
+
+
+def memdir_files_from_upload(files: Mapping[str, Any]) -> dict[str, str]:
+    """The files of a multipart upload's zip (``files``: the request's uploaded files, by form field)."""
+    upload: UploadedFile = parse(ImportUploadIn, dict(files.items())).file
+    return memdir_files_from_zip(upload.read())
 
 
 # ------------------------------------------------------------------------------------------------- import

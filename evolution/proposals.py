@@ -29,7 +29,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput, NotFound
+from core.schemas import check_value
 from evolution.derived import created_after, derived_memory, insert_derived
+from evolution.inputs import Reason
 from evolution.models import Proposal, ProposalKind, ProposalStatus
 from evolution.writes import Applied, submit
 from history import audit
@@ -37,7 +39,6 @@ from history.models import Action, EvolutionRecord
 from memories import live
 from memories.inputs import (
     MAX_CONTENT_CHARS,
-    refuse_unstorable,
     validate_confidence,
     validate_content,
     validate_metadata,
@@ -51,7 +52,6 @@ SUMMARY_EVOLVER = "SummaryEvolver"
 # Fields of a summary payload a reviewer may change before approving; the sources are what was
 # reviewed and stay fixed.
 SUMMARY_EDITABLE = frozenset({"content", "subject", "confidence", "memory_type"})
-MAX_REASON_CHARS = 2000
 
 Rejecter = Callable[[Workspace, Proposal, User | None, datetime], None]
 
@@ -227,12 +227,9 @@ def _locked(workspace: Workspace, proposal_id: object) -> Proposal:
 
 
 def _reason(reason: str) -> str:
-    if not isinstance(reason, str):
-        raise InvalidInput("reason: expected a string", field="reason")
-    if len(reason) > MAX_REASON_CHARS:
-        raise InvalidInput(f"reason: longer than {MAX_REASON_CHARS} characters", field="reason")
-    refuse_unstorable(reason, "reason")
-    return reason.strip()
+    """A decision's reason, checked as the ``reason`` of the REST bodies is (the pages and curation decide here
+    too)."""
+    return str(check_value(Reason, reason, "reason"))
 
 
 def reviewer_changed(payload: Mapping[str, Any], editable: frozenset[str]) -> bool:

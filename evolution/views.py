@@ -1020,9 +1020,7 @@ def engine_import(request: HttpRequest, ws: str) -> HttpResponse:
         return _engine_page(request, access, 400, import_form=form)
     upload = form.cleaned_data["file"]
     try:
-        if upload.size is not None and upload.size > memdir_import.MAX_ZIP_BYTES:
-            raise InvalidInput(f"file: larger than {memdir_import.MAX_ZIP_BYTES // (1024 * 1024)} MB", field="file")
-        files = memdir_import.memdir_files_from_zip(upload.read())
+        files = memdir_import.memdir_files_from_upload({"file": upload})
         summary = memdir_import.memdir_import(workspace=access.workspace, files=files, actor=request.user)
     except memdir_import.DirectoryInvalid as exc:
         return _engine_page(request, access, 400, import_form=form, import_problems=list(exc.problems))

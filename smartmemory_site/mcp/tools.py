@@ -170,39 +170,10 @@ _SEARCH = tool_schema(surfacing_inputs.SearchIn)
 _PIN = tool_schema(PinArgs)
 _UNPIN = tool_schema(UnpinArgs)
 
-_TEXT = engine_inputs.MAX_TEXT
-
-_OUTCOME_PROPERTIES: Json = {
-    "task_type": _string("the kind of task", minLength=1, maxLength=engine_inputs.MAX_TASK_TYPE),
-    "result": _string("how it went", enum=["success", "fail"]),
-    "approach": _string("how it was done (default: default)", maxLength=engine_inputs.MAX_APPROACH),
-    "context": {
-        "type": "object",
-        "properties": {
-            "lesson": _string("what to do next time", maxLength=_TEXT),
-            "issue": _string("what went wrong", maxLength=_TEXT),
-            "solution": _string("what fixed it", maxLength=_TEXT),
-        },
-        "additionalProperties": False,
-    },
-    "created_at": _when("when it happened, for history recorded later"),
-}
-
-_CORRECTION_PROPERTIES: Json = {
-    "what_i_did_wrong": _string("the mistake", minLength=1, maxLength=_TEXT),
-    "what_i_should_do": _string("the right way", minLength=1, maxLength=_TEXT),
-    "context": _string("where it happened", minLength=1, maxLength=_TEXT),
-    "topic": _string("the subject the correction wins (default: general)", maxLength=engine_inputs.MAX_TOPIC),
-    "created_at": _when("when it was corrected"),
-}
-
-_REFLECTION_PROPERTIES: Json = {
-    "context": _string("the task reflected on", minLength=1, maxLength=_TEXT),
-    "reflection": _string("what was noticed", minLength=1, maxLength=_TEXT),
-    "lesson": _string("the lesson drawn", minLength=1, maxLength=_TEXT),
-    "topic": _string("the subject", maxLength=engine_inputs.MAX_TOPIC),
-    "created_at": _when("when it was written"),
-}
+# The engine's request bodies document its tools' arguments too.
+_OUTCOME = tool_schema(engine_inputs.OutcomeIn)
+_CORRECTION = tool_schema(engine_inputs.CorrectionIn)
+_REFLECTION = tool_schema(engine_inputs.ReflectionIn)
 
 _HISTORY_PROPERTIES: Json = {
     "memory_id": _string("the memory's id", format="uuid"),
@@ -394,8 +365,9 @@ TOOLS: tuple[ToolSpec, ...] = (
             "Tell the engine how a task went (success or fail, the approach, the lesson). Its lesson may lead to a "
             "strategy proposal, which a person reviews. Needs editor or owner."
         ),
-        properties=_OUTCOME_PROPERTIES,
-        required=("task_type", "result"),
+        properties=_OUTCOME["properties"],
+        required=_OUTCOME["required"],
+        defs=_OUTCOME["$defs"],
         require="edit",
         counts_as_write=True,
         read_only=False,
@@ -409,8 +381,9 @@ TOOLS: tuple[ToolSpec, ...] = (
             "Store what was done wrong and what to do instead, as a HOT correction that wins its topic over older "
             "rules. Needs editor or owner."
         ),
-        properties=_CORRECTION_PROPERTIES,
-        required=("what_i_did_wrong", "what_i_should_do", "context"),
+        properties=_CORRECTION["properties"],
+        required=_CORRECTION["required"],
+        defs=_CORRECTION["$defs"],
         require="edit",
         counts_as_write=True,
         read_only=False,
@@ -423,8 +396,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         description=(
             "Store a reflection on a task and the lesson drawn; the dream weighs the lessons. Needs editor or owner."
         ),
-        properties=_REFLECTION_PROPERTIES,
-        required=("context", "reflection", "lesson"),
+        properties=_REFLECTION["properties"],
+        required=_REFLECTION["required"],
+        defs=_REFLECTION["$defs"],
         require="edit",
         counts_as_write=True,
         read_only=False,

@@ -90,6 +90,9 @@ def test_apply_alias_is_accepted_and_contradictions_refused(api: APIClient, kit:
         ({"evolvers": "ExponentialDecay"}, "evolvers"),
         ({"evolvers": ["ExponentialDecay", 3]}, "evolvers"),
         ({"evolver": ["ExponentialDecay"]}, "evolver"),
+        ({"dry_run": None}, "dry_run"),
+        ({"apply": 1}, "apply"),
+        ({"apply": False, "dry_run": False}, "apply"),
     ],
 )
 def test_bad_run_input_is_400_naming_the_field(
@@ -99,6 +102,19 @@ def test_bad_run_input_is_400_naming_the_field(
     assert response.status_code == 400
     assert response.json()["field"] == field
     assert not EvolutionRun.objects.exists()
+
+
+def test_apply_alone_or_agreeing_with_dry_run_decides_and_an_unknown_field_lists_the_known_ones(
+    api: APIClient, kit: Any
+) -> None:
+    old_episode(kit)
+    runs = url("acme", "evolution", "runs")
+    preview = api.post(runs, {"apply": False, "evolvers": ["ExponentialDecay"]}, format="json")
+    assert (preview.status_code, preview.json()["dry_run"]) == (202, True)
+    applied = api.post(runs, {"apply": True, "dry_run": False, "evolvers": None}, format="json")
+    assert (applied.status_code, applied.json()["dry_run"]) == (202, False), applied.content
+    unknown = api.post(runs, {"evolver": ["ExponentialDecay"]}, format="json")
+    assert unknown.json()["detail"] == "evolver: unknown field; expected apply, dry_run, evolvers"
 
 
 def test_unknown_evolver_is_400_naming_it(api: APIClient, workspace: Workspace) -> None:

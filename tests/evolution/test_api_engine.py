@@ -93,6 +93,8 @@ def test_a_vetoed_strategy_is_listed_with_its_reason(api: APIClient, workspace: 
         ({"task_type": "t", "result": "fail", "context": {"lesson": 5}}, "context.lesson"),
         ({"task_type": "t", "result": "fail", "created_at": "soon"}, "created_at"),
         ({"task_type": "t", "result": "fail", "score": 1}, "score"),
+        ({"task_type": "t", "result": None}, "result"),
+        ({"task_type": "t", "result": "fail", "context": {"issue": "a\x00b"}}, "context.issue"),
     ],
 )
 def test_a_bad_outcome_is_a_400_naming_the_field(
@@ -229,6 +231,8 @@ def test_evolve_returns_what_it_proposed_and_is_idempotent(api: APIClient, works
     assert again == {"created": [], "vetoed": [], "questions": []}
     bad = api.post(url("acme", "engine", "evolve"), {"force": True}, format="json")
     assert (bad.status_code, bad.json()["field"]) == (400, "force")
+    assert bad.json()["detail"] == "force: unknown field; evolve takes no parameters"
+    assert api.post(url("acme", "engine", "evolve")).status_code == 200
 
 
 def test_approve_and_reject_through_the_proposals_api_feed_the_engine(api: APIClient, workspace: Any) -> None:
@@ -272,6 +276,8 @@ def test_dream_applies_by_default_and_a_dry_run_stores_nothing(api: APIClient, w
     assert api.get(url("acme", "dream", str(body["id"]))).json()["report"] == body["report"]
     bad = api.post(url("acme", "dream"), {"dry_run": "yes"}, format="json")
     assert (bad.status_code, bad.json()["field"]) == (400, "dry_run")
+    unknown = api.post(url("acme", "dream"), {"dryrun": True}, format="json")
+    assert (unknown.status_code, unknown.json()["detail"]) == (400, "dryrun: unknown field; expected dry_run")
 
 
 def test_a_dream_report_of_another_workspace_is_not_found(
@@ -341,5 +347,13 @@ def test_bad_import_uploads_name_the_field(api: APIClient, workspace: Any) -> No
     assert (missing.status_code, missing.json()["field"]) == (400, "file")
     empty = api.post(url("acme", "import"), {"files": {}}, format="json")
     assert (empty.status_code, empty.json()["field"]) == (400, "files")
+    not_text = api.post(url("acme", "import"), {"files": {"hot/memory.md": 3}}, format="json")
+    assert (not_text.status_code, not_text.json()["field"]) == (400, "files.hot/memory.md")
+    unknown = api.post(url("acme", "import"), {"files": {"hot/memory.md": "- a\n"}, "mode": "merge"}, format="json")
+    assert (unknown.status_code, unknown.json()["detail"]) == (400, "mode: unknown field; expected files")
+    other_upload = api.post(
+        url("acme", "import"), {"file": io.BytesIO(b"x"), "zip": io.BytesIO(b"y")}, format="multipart"
+    )
+    assert (other_upload.status_code, other_upload.json()["field"]) == (400, "zip")
     bad_format = api.get(url("acme", "export") + "?format=tar")
     assert (bad_format.status_code, bad_format.json()["field"]) == (400, "format")

@@ -189,6 +189,36 @@ def test_modify_then_approve_over_rest(api: APIClient, kit: Any) -> None:
     assert refused.json()["field"] == "payload"
 
 
+@pytest.mark.parametrize(
+    ("decision", "body", "field", "detail"),
+    [
+        ("approve", {"payload": ["content"]}, "payload", "payload: expected a JSON object"),
+        ("approve", {"payload": {"content": "a\x00b"}}, "payload", None),
+        ("approve", {"reason": 5}, "reason", "reason: expected a string"),
+        ("approve", {"note": "clearer"}, "note", "note: unknown field; expected payload, reason"),
+        ("reject", {"reason": "x" * 2001}, "reason", "reason: longer than 2000 characters"),
+        ("reject", {"why": "too lossy"}, "why", "why: unknown field; expected reason"),
+    ],
+)
+def test_a_bad_decision_body_is_a_400_naming_the_field_and_decides_nothing(
+    api: APIClient, kit: Any, decision: str, body: dict[str, Any], field: str, detail: str | None
+) -> None:
+    """The body is the documented one: a field it does not have is refused, not ignored."""
+    proposal = make_summary_proposal(kit)
+    response = api.post(url("acme", "proposals", str(proposal.pk), decision), body, format="json")
+    assert (response.status_code, response.json()["field"]) == (400, field), response.content
+    if detail is not None:
+        assert response.json()["detail"] == detail
+    assert Proposal.objects.get(pk=proposal.pk).status == ProposalStatus.PENDING
+
+
+def test_a_decision_needs_no_body_and_a_null_reason_is_none(api: APIClient, kit: Any) -> None:
+    approved, rejected = make_summary_proposal(kit), make_summary_proposal(kit)
+    assert api.post(url("acme", "proposals", str(approved.pk), "approve")).status_code == 200
+    response = api.post(url("acme", "proposals", str(rejected.pk), "reject"), {"reason": None}, format="json")
+    assert (response.status_code, response.json()["decision_reason"]) == (200, "")
+
+
 def test_reject_keeps_the_reason(api: APIClient, kit: Any) -> None:
     proposal = make_summary_proposal(kit)
     response = api.post(url("acme", "proposals", str(proposal.pk), "reject"), {"reason": "too lossy"}, format="json")

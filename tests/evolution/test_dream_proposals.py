@@ -139,8 +139,10 @@ def test_a_rewritten_reflection_is_the_reviewer_s(workspace: Workspace, user: An
     assert approved.status == ProposalStatus.MODIFIED
     memory = Memory.objects.get(id=approved.applied_record.output_ids[0])  # type: ignore[union-attr]
     assert memory.origin == "user:alice" and memory.metadata["reflection"]["lesson"] == "Alert on disk at 80%"
-    with pytest.raises(InvalidInput, match="payload"):
-        other, _ = proposal_create(workspace=workspace, kind="reflection", title="x", payload={"context": "c"})
+    other, _ = proposal_create(
+        workspace=workspace, kind="reflection", title="x", payload={"context": "c", "reflection": None}
+    )
+    with pytest.raises(InvalidInput, match=r"^payload\.reflection: this field is required$"):
         proposal_approve(workspace=workspace, proposal_id=other.pk, actor=user)
 
 

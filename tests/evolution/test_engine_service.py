@@ -102,6 +102,69 @@ def test_reflection_input_needs_all_three_parts_and_keeps_them_on_one_line() -> 
     assert (item.context, item.lesson, item.topic) == ("a b", "l m", "t")
 
 
+def test_null_or_blank_leaves_an_optional_engine_field_at_its_default() -> None:
+    outcome = engine_inputs.outcome_input(
+        {"task_type": "deploy", "result": "fail", "approach": " ", "context": None, "created_at": None}
+    )
+    assert (outcome.approach, outcome.lesson, outcome.created_at) == ("default", "", None)
+    parts = {"what_i_did_wrong": "a", "what_i_should_do": "b", "context": "c"}
+    assert engine_inputs.correction_input({**parts, "topic": None}).topic == "general"
+    assert engine_inputs.reflection_input({"context": "c", "reflection": "r", "lesson": "l", "topic": ""}).topic is None
+
+
+def test_an_outcome_s_issue_and_solution_keep_their_lines() -> None:
+    context = {"lesson": " one\n line ", "issue": " it broke\nat 3am ", "solution": "\nrolled back"}
+    item = engine_inputs.outcome_input({"task_type": "deploy", "result": "fail", "context": context})
+    assert (item.lesson, item.issue, item.solution) == ("one line", "it broke\nat 3am", "rolled back")
+
+
+@pytest.mark.parametrize(
+    ("parse", "body", "detail"),
+    [
+        (
+            engine_inputs.outcome_input,
+            {"task_type": "deploy", "result": "fail", "context": {"lesson": "x" * 10_001}},
+            "context.lesson: longer than 10000 characters",
+        ),
+        (
+            engine_inputs.outcome_input,
+            {"task_type": "deploy", "result": "ok"},
+            "result: 'ok' is not one of success, fail",
+        ),
+        (
+            engine_inputs.outcome_input,
+            {"task_type": "deploy", "result": "fail", "context": {"mood": "grim"}},
+            "context.mood: unknown field; expected issue, lesson, solution",
+        ),
+        (
+            engine_inputs.outcome_input,
+            {"task_type": "x" * 121, "result": "fail"},
+            "task_type: longer than 120 characters",
+        ),
+        (
+            engine_inputs.correction_input,
+            {"what_i_did_wrong": "a", "what_i_should_do": "b", "context": "c", "why": "?"},
+            "why: unknown field; expected context, created_at, topic, what_i_did_wrong, what_i_should_do",
+        ),
+        (
+            engine_inputs.correction_input,
+            {"what_i_did_wrong": "a", "what_i_should_do": "b", "context": "c", "topic": "t" * 201},
+            "topic: longer than 200 characters",
+        ),
+        (
+            engine_inputs.reflection_input,
+            {"context": "c", "reflection": "r", "lesson": " \n "},
+            "lesson: must not be blank",
+        ),
+        (engine_inputs.reflection_input, ["c", "r", "l"], "body: expected a JSON object"),
+    ],
+)
+def test_an_engine_refusal_names_the_field_and_says_why(parse: Any, body: Any, detail: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse(body)
+    assert caught.value.detail == detail
+
+
 # ------------------------------------------------------------------------------------------------ sensor
 
 

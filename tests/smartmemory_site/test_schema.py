@@ -194,6 +194,32 @@ def test_the_documented_inputs_are_the_fields_the_api_accepts(schema: dict[str, 
     )
 
 
+def test_the_evolution_endpoints_document_the_bodies_they_parse(schema: dict[str, Any]) -> None:
+    from evolution import engine_inputs, inputs, memdir_import
+
+    def body_of(path: str, media: str = "application/json") -> tuple[str, set[str]]:
+        node = schema["paths"][path]["post"]["requestBody"]["content"][media]["schema"]
+        return node["$ref"].rsplit("/", 1)[1], set(_resolve(schema, node)["properties"])
+
+    ws = "/api/v1/workspaces/{ws}/"
+    bodies = {
+        "outcomes/": engine_inputs.OutcomeIn,
+        "corrections/": engine_inputs.CorrectionIn,
+        "reflections/": engine_inputs.ReflectionIn,
+        "evolution/runs/": inputs.RunIn,
+        "engine/evolve/": inputs.EvolveIn,
+        "dream/": inputs.DreamIn,
+        "proposals/{proposal_id}/approve/": inputs.ProposalApproveIn,
+        "proposals/{proposal_id}/reject/": inputs.ProposalRejectIn,
+        "import/": memdir_import.ImportIn,
+    }
+    for path, body in bodies.items():
+        assert body_of(ws + path) == (body.__name__, set(body.model_fields)), path
+    assert body_of(ws + "import/", "multipart/form-data") == ("ImportUploadIn", {"file"})
+    context = schema["components"]["schemas"]["OutcomeContextIn"]
+    assert set(context["properties"]) == {"lesson", "issue", "solution"} and context["additionalProperties"] is False
+
+
 def test_every_surfacing_endpoint_returns_exactly_what_it_documents(
     schema: dict[str, Any], api: Any, workspace: Any
 ) -> None:

@@ -16,6 +16,7 @@ from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 from rest_framework.test import APIClient
 
+from evolution import engine_inputs
 from evolution.models import Outcome, Proposal
 from history.models import EvolutionRecord
 from memories import services
@@ -126,6 +127,26 @@ async def test_the_valid_examples_fit_the_schemas(connect: Connect, user: Any, w
         jsonschema.validate({"workspace": "acme", **arguments}, schemas[name])
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"workspace": "acme", "content": "x", "colour": "red"}, schemas["add_memory"])
+
+
+async def test_the_engine_tools_take_the_rest_bodies(connect: Connect, user: Any, workspace: Workspace) -> None:
+    """record_outcome, record_correction and add_reflection are documented by the REST bodies, nested context
+    included: what a client validates against is what the tool checks."""
+    async with connect(user) as session:
+        schemas = {t.name: t.input_schema for t in (await session.list_tools()).tools}
+    bodies = {
+        "record_outcome": engine_inputs.OutcomeIn,
+        "record_correction": engine_inputs.CorrectionIn,
+        "add_reflection": engine_inputs.ReflectionIn,
+    }
+    for name, body in bodies.items():
+        assert set(schemas[name]["properties"]) == {"workspace", *body.model_fields}, name
+        required = [field for field, info in body.model_fields.items() if info.is_required()]
+        assert schemas[name]["required"] == ["workspace", *required], name
+    outcome = {"workspace": "acme", "task_type": "deploy", "result": "fail", "context": {"lesson": "pin it"}}
+    jsonschema.validate(outcome, schemas["record_outcome"])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**outcome, "context": {"mood": "grim"}}, schemas["record_outcome"])
 
 
 # -- reads --------------------------------------------------------------------------------------------
