@@ -53,8 +53,9 @@ class RequestBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=False)
 
-    unknown_field: ClassVar[str] = "unknown field"
-    """How a field the body does not know is refused (a PATCH says it cannot be changed)."""
+    unknown_field: ClassVar[str] = ""
+    """How a field the body does not know is refused; by default it names the fields the body has (a PATCH
+    says instead that the field cannot be changed)."""
 
 
 class QueryParams(RequestBody):
@@ -101,7 +102,7 @@ def _reason(error: Mapping[str, Any], model: type[RequestBody]) -> str:
     if "reason" in ctx:
         return str(ctx["reason"])
     if kind == "extra_forbidden":
-        return model.unknown_field
+        return model.unknown_field or f"unknown field; expected {', '.join(sorted(model.model_fields))}"
     simple = {
         "missing": "this field is required",
         "string_type": "expected a string",
@@ -542,7 +543,9 @@ class OpenApi30(GenerateJsonSchema):
     def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
         inner = self.generate_inner(schema["schema"])
         if "$ref" in inner:
-            return {"allOf": [inner], "nullable": True}
+            # A nested body that may be null; its type beside the reference, for clients that read an
+            # argument's type without following references (MCP clients do).
+            return {"type": "object", "allOf": [inner], "nullable": True}
         return {**inner, "nullable": True}
 
     def field_title_should_be_set(self, schema: Any) -> bool:

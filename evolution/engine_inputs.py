@@ -16,13 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Final
 
-from pydantic import Field, GetJsonSchemaHandler
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import core_schema
+from pydantic import Field
 
 from core.errors import InvalidInput
-from core.schemas import OneOf, Text, When, parse
-from evolution.inputs import Body
+from core.schemas import OneOf, RequestBody, Text, When, parse
 from evolution.models import OutcomeResult
 from memories.inputs import MemoryInput, origin_tier
 from memories.models import MemoryType, Tier
@@ -94,18 +91,7 @@ def _required_line(max_length: int, description: str) -> Text:
     return Text(max_length, blank=False, clean=one_line, description=description)
 
 
-@dataclass(frozen=True)
-class _Nested:
-    """Documents a nested body's field as an object beside its reference (an MCP client reads each argument's
-    type)."""
-
-    def __get_pydantic_json_schema__(
-        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        return {"type": "object", **handler(schema)}
-
-
-class OutcomeContextIn(Body):
+class OutcomeContextIn(RequestBody):
     """What the task taught; every part optional."""
 
     lesson: Annotated[str, _line(MAX_TEXT, "what to do next time")] = ""
@@ -113,13 +99,13 @@ class OutcomeContextIn(Body):
     solution: Annotated[str, Text(MAX_TEXT, null=True, clean=str.strip, description="what fixed it")] = ""
 
 
-class OutcomeIn(Body):
+class OutcomeIn(RequestBody):
     """How a task went (POST outcomes/, the record_outcome tool)."""
 
     task_type: Annotated[str, _required_line(MAX_TASK_TYPE, "the kind of task")]
     result: Annotated[str, OneOf(tuple(OutcomeResult.values), description="how it went")]
     approach: Annotated[str, _line(MAX_APPROACH, "how it was done")] = DEFAULT_APPROACH
-    context: Annotated[OutcomeContextIn | None, _Nested()] = None
+    context: OutcomeContextIn | None = None
     created_at: When = Field(None, description="when it happened, for history recorded later")
 
     def value(self) -> OutcomeInput:
@@ -135,7 +121,7 @@ class OutcomeIn(Body):
         )
 
 
-class CorrectionIn(Body):
+class CorrectionIn(RequestBody):
     """What was done wrong and what to do instead (POST corrections/, the record_correction tool)."""
 
     what_i_did_wrong: Annotated[str, _required_line(MAX_TEXT, "the mistake")]
@@ -154,7 +140,7 @@ class CorrectionIn(Body):
         )
 
 
-class ReflectionIn(Body):
+class ReflectionIn(RequestBody):
     """A reflection on a task and its lesson (POST reflections/, the add_reflection tool)."""
 
     context: Annotated[str, _required_line(MAX_TEXT, "the task reflected on")]

@@ -1,5 +1,5 @@
-"""The request bodies of the evolution API: runs, evolve, the dream and proposal decisions; and ``Body``, the base
-of every evolution body (the engine's are ``evolution.engine_inputs``, an import's ``evolution.memdir_import``).
+"""The request bodies of the evolution API: runs, evolve, the dream and proposal decisions (the engine's are
+``evolution.engine_inputs``, an import's ``evolution.memdir_import``).
 
 Each body is a ``core.schemas.RequestBody``: the one definition that validates a request and documents it in the
 OpenAPI schema (and, for the engine's, the MCP tools' arguments). Every refusal is an ``InvalidInput`` naming the
@@ -20,16 +20,6 @@ MAX_REASON_CHARS: Final = 2000
 """The longest reason a person gives for a decision on a proposal."""
 
 
-class Body(RequestBody):
-    """A body of the evolution API: an unknown field is refused naming the fields the body has."""
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        super().__pydantic_init_subclass__(**kwargs)
-        if "unknown_field" not in cls.__dict__:
-            cls.unknown_field = f"unknown field; expected {', '.join(sorted(cls.model_fields))}"
-
-
 def optional_body(raw: Any) -> Any:
     """A body that may be left out: none (or JSON null) is an empty object."""
     return {} if raw is None or raw == "" else raw
@@ -46,7 +36,7 @@ def _evolver_names(value: Any) -> list[str] | None:
     return value
 
 
-class RunIn(Body):
+class RunIn(RequestBody):
     """POST evolution/runs/: which evolvers, and whether to apply (a dry run unless asked otherwise)."""
 
     evolvers: Annotated[
@@ -87,13 +77,13 @@ def run_input(raw: Any) -> RunIn:
 # -- evolve, the dream ----------------------------------------------------------------------------------------
 
 
-class EvolveIn(Body):
+class EvolveIn(RequestBody):
     """POST engine/evolve/: no parameters (an empty object, or no body)."""
 
     unknown_field: ClassVar[str] = "unknown field; evolve takes no parameters"
 
 
-class DreamIn(Body):
+class DreamIn(RequestBody):
     """POST dream/: apply (the default) or preview."""
 
     dry_run: bool = Field(False, description="true previews and stores nothing (any member may preview)")
@@ -112,7 +102,7 @@ def dream_input(raw: Any) -> DreamIn:
 Reason = Annotated[str, Text(MAX_REASON_CHARS, null=True, clean=str.strip, description="why, kept with the decision")]
 
 
-class ProposalApproveIn(Body):
+class ProposalApproveIn(RequestBody):
     """POST proposals/{id}/approve/: approve, optionally a reviewer's modified payload."""
 
     payload: Annotated[
@@ -126,7 +116,7 @@ class ProposalApproveIn(Body):
     reason: Reason = ""
 
 
-class ProposalRejectIn(Body):
+class ProposalRejectIn(RequestBody):
     """POST proposals/{id}/reject/."""
 
     reason: Reason = ""

@@ -30,7 +30,7 @@ from django.utils import timezone
 from pydantic import BeforeValidator, WithJsonSchema
 
 from core.errors import DomainError, InvalidInput
-from core.schemas import parse, reject
+from core.schemas import RequestBody, parse, reject
 from evolution.algorithms import memdir
 from evolution.algorithms.engine import strategy_key
 from evolution.engine import ENGINE_ORIGIN
@@ -45,7 +45,6 @@ from evolution.engine_inputs import (
     reflection_memory_input,
 )
 from evolution.engine_selectors import reflection_fields
-from evolution.inputs import Body
 from evolution.memdir_common import (
     LINEAGE_EVOLVER,
     RULE_TYPES,
@@ -177,7 +176,7 @@ def _file_map(value: Any) -> Any:
     return value
 
 
-class ImportIn(Body):
+class ImportIn(RequestBody):
     """POST import/ as JSON: the directory's files."""
 
     files: Annotated[
@@ -203,7 +202,7 @@ def _zip_upload(value: Any) -> UploadedFile:
     return value
 
 
-class ImportUploadIn(Body):
+class ImportUploadIn(RequestBody):
     """POST import/ as multipart/form-data: the directory as a zip."""
 
     file: Annotated[
