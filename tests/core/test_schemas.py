@@ -116,7 +116,8 @@ def test_nesting_deeper_than_the_bound_is_refused_without_recursion() -> None:
 
 def test_an_unknown_field_is_named_before_any_other_mistake() -> None:
     error = refusal(Page, {"lines": [], "colour": "red"})
-    assert (error.field, error.detail) == ("colour", "colour: unknown field; expected at, count, kind, lines, meta, title")
+    assert error.field == "colour"
+    assert error.detail == "colour: unknown field; expected at, count, kind, lines, meta, title"
 
 
 def test_a_body_that_is_not_an_object_is_the_body_s_fault() -> None:
