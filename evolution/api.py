@@ -9,24 +9,26 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.openapi import parameters_of
+from core.schemas import parse_query
 from evolution import inputs, jobs, selectors, services
 from evolution.evolvers.base import REASONS
+from evolution.inputs import RECORDS_PAGE
 from evolution.models import EvolutionRun
 from history.models import EvolutionRecord
 from history.revert import REVERTED_RECORD
 from memories import selectors as memory_selectors
 from memories import services as memory_services
-from memories.inputs import int_param
+from memories.models import Workspace
 from memories.serializers import ErrorOut, iso_z
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
-RECORDS_PAGE = 100
 # A history entry lists the other memories of its record only when there are few of them.
 HISTORY_MAX_IDS = 20
 
@@ -100,15 +102,6 @@ def run_summary_json(run: EvolutionRun) -> dict[str, Any]:
     }
 
 
-def _int_param(request: Request, name: str) -> int | None:
-    return int_param(request.query_params.get(name), name)
-
-
-def _limit(request: Request, default: int) -> int:
-    value = _int_param(request, "limit")
-    return default if value is None else value
-
-
 class RecordOut(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     run_id = serializers.CharField(allow_null=True)
@@ -168,21 +161,16 @@ class RunRevertOut(serializers.Serializer[Any]):
     revert_records = serializers.ListField(child=serializers.IntegerField())
 
 
-_PAGE_PARAMS = [
-    OpenApiParameter("after", int, description="records after this id (the previous page's records_next)"),
-    OpenApiParameter("limit", int, description=f"records per page, default {RECORDS_PAGE}, at most 1000"),
-]
-
-
 class EvolutionRunListCreateApi(APIView):
     @extend_schema(
-        parameters=[OpenApiParameter("limit", int)],
+        parameters=parameters_of(inputs.RunListQuery),
         responses={200: RunListOut, **ERRORS},
         operation_id="evolution_runs",
     )
     def get(self, request: Request, ws: str) -> Response:
         access = memory_selectors.workspace_access(user=request.user, slug=ws)
-        runs = selectors.run_list(workspace=access.workspace, limit=_limit(request, 50))
+        limit = parse_query(inputs.RunListQuery, request.query_params).limit
+        runs = selectors.run_list(workspace=access.workspace, limit=50 if limit is None else limit)
         return Response({"results": [run_summary_json(r) for r in runs]})
 
     @extend_schema(request=inputs.RunIn, responses={202: RunOut, **ERRORS}, operation_id="evolution_run_create")
@@ -198,12 +186,17 @@ class EvolutionRunListCreateApi(APIView):
 
 
 class EvolutionRunDetailApi(APIView):
-    @extend_schema(parameters=_PAGE_PARAMS, responses={200: RunOut, **ERRORS}, operation_id="evolution_run")
+    @extend_schema(
+        parameters=parameters_of(inputs.RunRecordsQuery),
+        responses={200: RunOut, **ERRORS},
+        operation_id="evolution_run",
+    )
     def get(self, request: Request, ws: str, run_id: str) -> Response:
         access = memory_selectors.workspace_access(user=request.user, slug=ws)
+        query = parse_query(inputs.RunRecordsQuery, request.query_params)
         run = selectors.run_get(workspace=access.workspace, run_id=run_id)
-        after = _int_param(request, "after") or 0
-        return Response(run_json(run, after=after, limit=_limit(request, RECORDS_PAGE)))
+        limit = RECORDS_PAGE if query.limit is None else query.limit
+        return Response(run_json(run, after=query.after or 0, limit=limit))
 
 
 class EvolutionRunCancelApi(APIView):
@@ -249,22 +242,22 @@ class EvolutionRecordRevertApi(APIView):
         return Response({"reverted": record_json(record), "revert_record": record_json(revert)})
 
 
+def memory_history_json(workspace: Workspace, memory_id: object, params: Any) -> dict[str, Any]:
+    """One page of a memory's history as the contract's JSON (REST's history/ and the MCP tool)."""
+    query = parse_query(inputs.HistoryQuery, params)
+    mid = memory_selectors.parse_memory_id(memory_id, field="memory_id")
+    records, next_cursor = selectors.memory_history(
+        workspace=workspace, memory_id=mid, before_id=query.before, limit=50 if query.limit is None else query.limit
+    )
+    return {"results": [history_json(r, str(mid)) for r in records], "next": next_cursor}
+
+
 class MemoryHistoryApi(APIView):
     @extend_schema(
-        parameters=[
-            OpenApiParameter("limit", int, description="records per page, default 50"),
-            OpenApiParameter("before", int, description="records older than this id (the previous page's next)"),
-        ],
+        parameters=parameters_of(inputs.HistoryQuery),
         responses={200: HistoryOut, **ERRORS},
         operation_id="memory_history",
     )
     def get(self, request: Request, ws: str, memory_id: str) -> Response:
         access = memory_selectors.workspace_access(user=request.user, slug=ws)
-        mid = memory_selectors.parse_memory_id(memory_id)
-        records, next_cursor = selectors.memory_history(
-            workspace=access.workspace,
-            memory_id=mid,
-            before_id=_int_param(request, "before"),
-            limit=_limit(request, 50),
-        )
-        return Response({"results": [history_json(r, str(mid)) for r in records], "next": next_cursor})
+        return Response(memory_history_json(access.workspace, memory_id, request.query_params))

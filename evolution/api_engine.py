@@ -11,7 +11,7 @@ from typing import Any
 
 from django.http import HttpResponse
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import MultiPartParser
@@ -20,7 +20,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.errors import InvalidInput
+from core.openapi import parameters_of
+from core.schemas import parse_query
 from evolution import dream, engine, engine_inputs, engine_selectors, inputs, memdir_export, memdir_import
 from evolution.api_proposals import proposal_json
 from evolution.models import DreamReport, Outcome
@@ -102,17 +103,15 @@ class OutcomeListCreateApi(APIView):
     )
 
     @extend_schema(
-        parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int, description="1..500")],
+        parameters=parameters_of(inputs.OutcomeListQuery),
         responses={200: PageSerializer, **ERRORS},
     )
     def get(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
-        try:
-            after = int(request.query_params.get("after") or 0)
-            limit = int(request.query_params.get("limit") or 100)
-        except ValueError:
-            raise InvalidInput("after, limit: expected integers", field="limit") from None
-        page, cursor = engine_selectors.outcome_list(workspace=access.workspace, after_id=after, limit=limit)
+        query = parse_query(inputs.OutcomeListQuery, request.query_params)
+        page, cursor = engine_selectors.outcome_list(
+            workspace=access.workspace, after_id=query.after or 0, limit=100 if query.limit is None else query.limit
+        )
         return Response({"results": [outcome_json(o) for o in page], "next": cursor})
 
     @extend_schema(request=engine_inputs.OutcomeIn, responses={201: OutputSerializer, **ERRORS})
@@ -194,16 +193,13 @@ class DreamListOut(serializers.Serializer[Any]):
 class DreamApi(APIView):
     @extend_schema(
         operation_id="dream_reports_list",
-        parameters=[OpenApiParameter("limit", int, description="1..200, default 20")],
+        parameters=parameters_of(inputs.DreamListQuery),
         responses={200: DreamListOut, **ERRORS},
     )
     def get(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
-        try:
-            limit = int(request.query_params.get("limit") or 20)
-        except ValueError:
-            raise InvalidInput("limit: expected an integer", field="limit") from None
-        reports = dream.dream_report_list(workspace=access.workspace, limit=limit)
+        limit = parse_query(inputs.DreamListQuery, request.query_params).limit
+        reports = dream.dream_report_list(workspace=access.workspace, limit=20 if limit is None else limit)
         return Response({"results": [dream_json(r) for r in reports]})
 
     @extend_schema(request=inputs.DreamIn, responses={200: DreamOut, 201: DreamOut, **ERRORS})
@@ -236,14 +232,12 @@ class ExportApi(APIView):
     content_negotiation_class = _ExportNegotiation
 
     @extend_schema(
-        parameters=[OpenApiParameter("format", str, description="zip (default) or json: {files: {path: text}}")],
+        parameters=parameters_of(inputs.ExportQuery),
         responses={(200, "application/zip"): bytes, **ERRORS},
     )
     def get(self, request: Request, ws: str) -> HttpResponse | Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
-        fmt = request.query_params.get("format") or "zip"
-        if fmt not in ("zip", "json"):
-            raise InvalidInput(f"format: {fmt!r} is not one of zip, json", field="format")
+        fmt = parse_query(inputs.ExportQuery, request.query_params).format or "zip"
         files = memdir_export.memdir_export(workspace=access.workspace)
         if fmt == "json":
             return Response({"files": files})

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.errors import InvalidInput
+from core.openapi import parameters_of
+from core.schemas import parse_query
 from evolution import inputs, proposals, typed_selectors
 from evolution.models import Proposal
 from memories import selectors
+from memories.models import Workspace
 from memories.serializers import ErrorOut, iso_z
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
@@ -53,14 +55,17 @@ class ProposalOut(serializers.Serializer[Any]):
     applied_record = serializers.IntegerField(allow_null=True, help_text="evolution record of the applied change")
 
 
-def _int_param(request: Request, name: str, default: int) -> int:
-    raw = request.query_params.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        return int(str(raw))
-    except ValueError:
-        raise InvalidInput(f"{name}: expected an integer", field=name) from None
+def proposal_page_json(workspace: Workspace, params: Any) -> dict[str, Any]:
+    """One page of the review queue as the contract's JSON (REST's proposals/ and the MCP tool)."""
+    query = parse_query(inputs.ProposalListQuery, params)
+    page, cursor = typed_selectors.proposal_list(
+        workspace=workspace,
+        status=query.status or "",
+        kind=query.kind or "",
+        after_id=query.after or 0,
+        limit=100 if query.limit is None else query.limit,
+    )
+    return {"results": [proposal_json(p) for p in page], "next": cursor}
 
 
 class ProposalListApi(APIView):
@@ -69,25 +74,13 @@ class ProposalListApi(APIView):
         next = serializers.IntegerField(allow_null=True, help_text="pass as ?after= for the next page")
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("status", str, description="pending, approved, rejected, modified or vetoed"),
-            OpenApiParameter("kind", str),
-            OpenApiParameter("after", int, description="cursor: the `next` of the previous page"),
-            OpenApiParameter("limit", int, description="1..500, default 100"),
-        ],
+        parameters=parameters_of(inputs.ProposalListQuery),
         responses={200: ProposalPageOut, **ERRORS},
         operation_id="proposals_list",
     )
     def get(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
-        page, cursor = typed_selectors.proposal_list(
-            workspace=access.workspace,
-            status=request.query_params.get("status") or "",
-            kind=request.query_params.get("kind") or "",
-            after_id=_int_param(request, "after", 0),
-            limit=_int_param(request, "limit", 100),
-        )
-        return Response({"results": [proposal_json(p) for p in page], "next": cursor})
+        return Response(proposal_page_json(access.workspace, request.query_params))
 
 
 class ProposalDetailApi(APIView):

@@ -5,29 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.errors import InvalidInput
-from evolution import typed_selectors
+from core.openapi import parameters_of
+from core.schemas import parse_query
+from evolution import inputs, typed_selectors
 from evolution.evolvers.typed import goal_resolution_revert
 from memories import selectors
 from memories.serializers import ErrorOut, MemoryOut, memory_json
 
 ERRORS = {400: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
-
-
-def _int_param(request: Request, name: str, default: int) -> int:
-    raw = request.query_params.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        return int(str(raw))
-    except ValueError:
-        raise InvalidInput(f"{name}: expected an integer", field=name) from None
 
 
 class ContradictionClusterOut(serializers.Serializer[Any]):
@@ -42,14 +33,14 @@ class ContradictionsOut(serializers.Serializer[Any]):
 
 class ContradictionListApi(APIView):
     @extend_schema(
-        parameters=[OpenApiParameter("limit", int, description="largest clusters to return, 1..1000, default 100")],
+        parameters=parameters_of(inputs.ContradictionQuery),
         responses={200: ContradictionsOut, **ERRORS},
     )
     def get(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
         now = timezone.now()
         page = typed_selectors.contradiction_clusters(
-            workspace=access.workspace, limit=_int_param(request, "limit", 100)
+            workspace=access.workspace, limit=parse_query(inputs.ContradictionQuery, request.query_params).limit or 100
         )
         return Response(
             {
@@ -84,12 +75,14 @@ class DriftFlagsOut(serializers.Serializer[Any]):
 
 class DriftFlagListApi(APIView):
     @extend_schema(
-        parameters=[OpenApiParameter("limit", int, description="1..1000, default 200")],
+        parameters=parameters_of(inputs.DriftFlagQuery),
         responses={200: DriftFlagsOut, **ERRORS},
     )
     def get(self, request: Request, ws: str) -> Response:
         access = selectors.workspace_access(user=request.user, slug=ws)
-        rows = typed_selectors.drift_flag_rows(workspace=access.workspace, limit=_int_param(request, "limit", 200))
+        rows = typed_selectors.drift_flag_rows(
+            workspace=access.workspace, limit=parse_query(inputs.DriftFlagQuery, request.query_params).limit or 200
+        )
         return Response(
             {
                 "results": [

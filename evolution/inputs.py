@@ -13,10 +13,13 @@ from typing import Annotated, Any, ClassVar, Final
 
 from pydantic import BeforeValidator, Field, ValidationInfo, WithJsonSchema, field_validator
 
-from core.schemas import JsonObject, RequestBody, Text, parse, reject
+from core.schemas import JsonObject, OneOf, QueryParams, RequestBody, Text, WholeNumber, parse, reject
+from evolution.models import ProposalKind, ProposalStatus
 from memories.inputs import MAX_METADATA_BYTES, NOT_SENT
 
 MAX_REASON_CHARS: Final = 2000
+RECORDS_PAGE: Final = 100
+"""A run's records per page when the client names no limit."""
 """The longest reason a person gives for a decision on a proposal."""
 
 
@@ -128,3 +131,57 @@ def proposal_approve_input(raw: Any) -> ProposalApproveIn:
 
 def proposal_reject_input(raw: Any) -> ProposalRejectIn:
     return parse(ProposalRejectIn, optional_body(raw))
+
+
+# -- query parameters of the lists ----------------------------------------------------------------------------
+
+After = Annotated[int | None, WholeNumber(0, description="rows after this id: the previous page's next")]
+Before = Annotated[int | None, WholeNumber(0, description="records older than this id: the previous page's next")]
+
+
+def _limit(maximum: int, default: int, what: str) -> WholeNumber:
+    return WholeNumber(1, maximum, description=f"{what} per page, 1..{maximum}, default {default}")
+
+
+class RunListQuery(QueryParams):
+    limit: Annotated[int | None, _limit(1000, 50, "runs")] = None
+
+
+class RunRecordsQuery(QueryParams):
+    after: After = None
+    limit: Annotated[int | None, _limit(1000, RECORDS_PAGE, "records")] = None
+
+
+class HistoryQuery(QueryParams):
+    limit: Annotated[int | None, _limit(1000, 50, "records")] = None
+    before: Before = None
+
+
+class OutcomeListQuery(QueryParams):
+    after: After = None
+    limit: Annotated[int | None, _limit(500, 100, "outcomes")] = None
+
+
+class DreamListQuery(QueryParams):
+    limit: Annotated[int | None, _limit(200, 20, "reports")] = None
+
+
+class ProposalListQuery(QueryParams):
+    status: Annotated[str | None, OneOf(tuple(ProposalStatus.values), optional=True)] = None
+    kind: Annotated[str | None, OneOf(tuple(ProposalKind.values), optional=True)] = None
+    after: After = None
+    limit: Annotated[int | None, _limit(500, 100, "proposals")] = None
+
+
+class ContradictionQuery(QueryParams):
+    limit: Annotated[int | None, _limit(1000, 100, "clusters, largest first,")] = None
+
+
+class DriftFlagQuery(QueryParams):
+    limit: Annotated[int | None, _limit(1000, 200, "flags")] = None
+
+
+class ExportQuery(QueryParams):
+    format: Annotated[
+        str | None, OneOf(("zip", "json"), optional=True, description="zip (default) or json: {files: {path: text}}")
+    ] = None

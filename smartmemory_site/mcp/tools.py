@@ -6,8 +6,9 @@ argument names against its input schema, then hands the values to the validators
 view calls, and renders the REST contract's JSON. Every value check is the shared validators' own, so a bad
 argument is refused with the REST API's code, field and message, before anything is written.
 
-The JSON Schemas describe the arguments to the client (types, ranges, choices); they are documentation of
-what the validators accept, never a second validation with other messages.
+The JSON Schemas describe the arguments to the client (types, ranges, choices); each is generated from the
+request model the REST call parses with (``core.schemas.tool_schema``), so it documents exactly what is
+checked, with the REST API's messages.
 """
 
 from __future__ import annotations
@@ -24,12 +25,10 @@ from core.errors import DomainError, InvalidInput, NotFound
 from core.schemas import RequestBody, parse, tool_schema
 from core.throttles import throttle_hit
 from evolution import engine, engine_inputs
-from evolution import selectors as evolution_selectors
-from evolution.api import history_json
+from evolution import inputs as evolution_inputs
+from evolution.api import memory_history_json
 from evolution.api_engine import evolve_json, outcome_json
-from evolution.api_proposals import proposal_json
-from evolution.models import ProposalKind, ProposalStatus
-from evolution.typed_selectors import proposal_list
+from evolution.api_proposals import proposal_page_json
 from memories import inputs, services
 from memories import selectors as memory_selectors
 from memories.serializers import iso_z, memory_json
@@ -135,18 +134,6 @@ def call(spec: ToolSpec, caller: Caller, arguments: Mapping[str, Any]) -> Json:
 # -- argument schemas -------------------------------------------------------------------------------
 
 
-def _string(description: str, **extra: Any) -> Json:
-    return {"type": "string", "description": description, **extra}
-
-
-def _integer(description: str, **extra: Any) -> Json:
-    return {"type": "integer", "description": description, **extra}
-
-
-def _when(description: str) -> Json:
-    return _string(description + " (ISO 8601, e.g. 2026-01-31T09:00:00Z)", format="date-time")
-
-
 # The request bodies of the REST API document these tools' arguments too (id and workspace: an export's keys).
 _MEMORY = tool_schema(inputs.MemoryIn, leave_out=frozenset({"id", WORKSPACE}))
 _CONVERSATION = tool_schema(inputs.ConversationIn)
@@ -175,18 +162,15 @@ _OUTCOME = tool_schema(engine_inputs.OutcomeIn)
 _CORRECTION = tool_schema(engine_inputs.CorrectionIn)
 _REFLECTION = tool_schema(engine_inputs.ReflectionIn)
 
-_HISTORY_PROPERTIES: Json = {
-    "memory_id": _string("the memory's id", format="uuid"),
-    "limit": _integer("records per page (default 50)", minimum=1, maximum=1000),
-    "before": _integer("records older than this id (the previous page's next)", minimum=0),
-}
 
-_PROPOSAL_PROPERTIES: Json = {
-    "status": _string("only proposals with this status", enum=list(ProposalStatus.values)),
-    "kind": _string("only proposals of this kind", enum=list(ProposalKind.values)),
-    "after": _integer("proposals after this id (the previous page's next)", minimum=0),
-    "limit": _integer("proposals per page (default 100)", minimum=1, maximum=500),
-}
+class HistoryArgs(evolution_inputs.HistoryQuery):
+    """memory_history's arguments: the REST call's path parameter and its query in one object."""
+
+    memory_id: inputs.MemoryRef
+
+
+_HISTORY = tool_schema(HistoryArgs)
+_PROPOSALS = tool_schema(evolution_inputs.ProposalListQuery)
 
 
 # -- handlers ---------------------------------------------------------------------------------------
@@ -253,27 +237,11 @@ def _reflection(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser
 
 
 def _history(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
-    mid = memory_selectors.parse_memory_id(body["memory_id"], field="memory_id")
-    limit = inputs.int_param(body.get("limit"), "limit")
-    records, next_cursor = evolution_selectors.memory_history(
-        workspace=access.workspace,
-        memory_id=mid,
-        before_id=inputs.int_param(body.get("before"), "before"),
-        limit=50 if limit is None else limit,
-    )
-    return {"results": [history_json(r, str(mid)) for r in records], "next": next_cursor}
+    return memory_history_json(access.workspace, body["memory_id"], body)
 
 
 def _proposals(access: memory_selectors.WorkspaceAccess, user: AbstractBaseUser, body: Mapping[str, Any]) -> Json:
-    limit = inputs.int_param(body.get("limit"), "limit")
-    page, cursor = proposal_list(
-        workspace=access.workspace,
-        status=body.get("status") or "",
-        kind=body.get("kind") or "",
-        after_id=inputs.int_param(body.get("after"), "after") or 0,
-        limit=100 if limit is None else limit,
-    )
-    return {"results": [proposal_json(p) for p in page], "next": cursor}
+    return proposal_page_json(access.workspace, body)
 
 
 TOOLS: tuple[ToolSpec, ...] = (
@@ -409,8 +377,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="memory_history",
         title="Memory history",
         description="What the evolution engine and people did to a memory, newest first, with reasons.",
-        properties=_HISTORY_PROPERTIES,
-        required=("memory_id",),
+        properties=_HISTORY["properties"],
+        required=_HISTORY["required"],
         require="view",
         counts_as_write=False,
         read_only=True,
@@ -424,8 +392,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "The review queue: summaries, promotions, strategies and merges the engine proposes, oldest first. "
             "Read only: approving or rejecting is a person's decision, in the browser."
         ),
-        properties=_PROPOSAL_PROPERTIES,
-        required=(),
+        properties=_PROPOSALS["properties"],
+        required=_PROPOSALS["required"],
         require="view",
         counts_as_write=False,
         read_only=True,

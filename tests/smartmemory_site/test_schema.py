@@ -414,3 +414,27 @@ def test_the_engine_and_evolution_writes_return_exactly_what_they_document(
         (ws + "engine/evolve/", "post", base + "engine/evolve/", {}, 200),
     ]
     _assert_documented(schema, api, calls)
+
+
+def test_query_parameters_are_documented_from_the_models_that_read_them() -> None:
+    """A query parameter listed by hand (``OpenApiParameter("limit", int)``) beside the code that reads it can
+    drift from it; query parameters are documented by ``core.openapi.parameters_of(Model)``, the model the view
+    parses them with. Header and path parameters may still be written out."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for package in ("core", "graph", "history", "memories", "surfacing", "evolution", "smartmemory_site"):
+        for path in sorted((root / package).rglob("*.py")):
+            if path == root / "core" / "openapi.py" or "migrations" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "OpenApiParameter"):
+                    continue
+                places = [
+                    a.attr for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Attribute)
+                ]
+                if not {"HEADER", "PATH", "COOKIE"} & set(places):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert found == []
