@@ -1,6 +1,6 @@
 # SmartMemory site. Two commands on a fresh machine:
 #   make run    install, migrate, load the demo workspace, serve on http://127.0.0.1:8000
-#   make test   install what tests need, start the real services, run the whole suite, stop them
+#   make test   install what tests need, then the whole suite against real servers it starts and stops
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 
 .PHONY: run test install migrate demo serve lint typecheck importlint bench bench-ingest bench-surfacing \
-	bench-evolution bench-pages bench-vectors bench-embedders bench-graph bench-mcp bench-scale bench-load bench-workers services-start services-stop clean
+	bench-evolution bench-pages bench-vectors bench-embedders bench-graph bench-mcp bench-scale bench-load bench-workers clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,13 +45,6 @@ typecheck: install
 importlint: install
 	$(VENV)/bin/lint-imports
 
-services-start:
-	scripts/install_system.sh
-	scripts/services.sh start
-
-services-stop:
-	scripts/services.sh stop
-
 bench: bench-ingest bench-surfacing bench-evolution bench-pages bench-vectors bench-embedders bench-graph bench-mcp
 
 bench-ingest: install
@@ -75,7 +68,8 @@ bench-graph: install
 bench-mcp: install
 	$(PY) bench/bench_mcp.py
 
-# SQLite and PostgreSQL side by side (surfacing and ingestion); PostgreSQL as make test starts it.
+# SQLite and PostgreSQL side by side (surfacing and ingestion); PostgreSQL as make test starts it
+# (scripts/with_postgres.sh, a throw-away cluster for the run).
 bench-scale: install
 	$(PY) bench/bench_scale.py
 

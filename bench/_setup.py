@@ -1,9 +1,15 @@
 """Shared set-up for benchmarks: a Django environment on a throw-away database, SQLite or PostgreSQL.
 
-SQLite (the default) keeps each benchmark's database as a file under var/bench/. PostgreSQL uses the
-throw-away PostgreSQL 15 cluster that `make test` starts (scripts/services.sh, 127.0.0.1:5442): each
-benchmark gets its own database on it, named after the SQLite file (``surfacing.sqlite3`` ->
-``bench_surfacing``), so both backends can hold the same generated workspaces side by side.
+SQLite (the default) keeps each benchmark's database as a file under var/bench/. PostgreSQL is a
+throw-away PostgreSQL 15 cluster started the way `make test` starts it (scripts/with_postgres.sh,
+127.0.0.1:$PG_PORT, default 5442): each benchmark gets its own database on it, named after the SQLite file
+(``surfacing.sqlite3`` -> ``bench_surfacing``), so both backends can hold the same generated workspaces side
+by side. A benchmark run outside scripts/with_postgres.sh runs itself again under it, and the cluster, with
+what was generated on it, is dropped when the benchmark ends; to keep it across runs, run them in one
+shell under it: ``scripts/with_postgres.sh bash``.
+
+Redis and FalkorDB are started the way the tests start them (tests/services.py) when a benchmark asks for
+them (``redis_url()``, ``bolt_uri()``) and nothing names one, and stopped when it exits.
 
     parser = argparse.ArgumentParser(...)
     add_database_argument(parser)          # --database sqlite|postgres (env BENCH_DATABASE)
@@ -16,6 +22,7 @@ benchmark gets its own database on it, named after the SQLite file (``surfacing.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import re
 import shutil
@@ -28,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+# The site's packages and tests/services.py import from the repository root.
+sys.path.insert(0, str(ROOT))
 BENCH_DIR = ROOT / "var" / "bench"
 DATABASES = ("sqlite", "postgres")
 
@@ -37,21 +46,57 @@ def add_database_argument(parser: argparse.ArgumentParser) -> None:
         "--database",
         choices=DATABASES,
         default=os.environ.get("BENCH_DATABASE", "sqlite"),
-        help="backend to measure: sqlite (a file under var/bench/) or postgres (the cluster `make test` starts, "
-        "started here if it is not running); default $BENCH_DATABASE or sqlite",
+        help="backend to measure: sqlite (a file under var/bench/) or postgres (a throw-away cluster, started the "
+        "way `make test` starts it unless this runs under scripts/with_postgres.sh); default $BENCH_DATABASE "
+        "or sqlite",
     )
 
 
-def _postgres_server() -> str:
-    """Start the test cluster the way `make test` does (a no-op when it runs) and return its base URL."""
-    subprocess.run([str(ROOT / "scripts" / "services.sh"), "start", "postgres"], check=True)
-    env = subprocess.run(
-        [str(ROOT / "scripts" / "services.sh"), "env"], check=True, capture_output=True, text=True
-    ).stdout
-    found = re.search(r"TEST_DATABASE_URL=(\S+)", env)
-    if found is None:
-        raise RuntimeError("scripts/services.sh env printed no TEST_DATABASE_URL")
-    return found.group(1).rsplit("/", 1)[0]
+def postgres_server() -> str:
+    """The base URL (no database name) of the cluster this process runs under (scripts/with_postgres.sh sets
+    TEST_DATABASE_URL); without one, the benchmark starts over under scripts/with_postgres.sh, as `make test`
+    runs its PostgreSQL tests, and its child processes inherit the cluster."""
+    url = os.environ.get("TEST_DATABASE_URL")
+    if url:
+        return url.rsplit("/", 1)[0]
+    script = ROOT / "scripts" / "with_postgres.sh"
+    print(f"[bench] no TEST_DATABASE_URL: running again under {script.relative_to(ROOT)}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(script, [str(script), sys.executable, *sys.argv])
+
+
+def redis_url() -> str:
+    """TEST_REDIS_URL, or else a redis-server started here the way the tests start it (tests/services.py) on
+    a free port and stopped when this process exits; its URL goes to TEST_REDIS_URL for child processes."""
+    url = os.environ.get("TEST_REDIS_URL")
+    if url:
+        return url
+    from tests import services
+
+    datadir = BENCH_DIR / "redis"
+    datadir.mkdir(parents=True, exist_ok=True)
+    server = services.start("redis", services.redis(free_port(), datadir))
+    atexit.register(server.stop)
+    os.environ["TEST_REDIS_URL"] = url = f"redis://{services.HOST}:{server.port}/0"
+    return url
+
+
+def bolt_uri() -> str:
+    """TEST_NEO4J_URI, or else FalkorDB's Bolt listener started here the way the tests start it and stopped
+    when this process exits. It only runs inside scripts/isolated.sh (see tests/services.py), whose network
+    namespace is this process's own: the tests' ports (FALKOR_PORT, BOLT_PORT) are free there."""
+    uri = os.environ.get("TEST_NEO4J_URI")
+    if uri:
+        return uri
+    from tests import services
+
+    datadir = BENCH_DIR / "falkordb"
+    datadir.mkdir(parents=True, exist_ok=True)
+    server = services.start("falkordb", services.falkordb(services.FALKOR_PORT, services.BOLT_PORT, datadir))
+    atexit.register(server.stop)
+    os.environ["TEST_NEO4J_URI"] = server.uri
+    return server.uri
 
 
 @dataclass(frozen=True)
@@ -144,7 +189,7 @@ def bench_database(db_name: str, *, fresh: bool, database: str = "sqlite") -> Be
     if database != "postgres":
         raise ValueError(f"--database must be one of {', '.join(DATABASES)}, got {database!r}")
     name = "bench_" + re.sub(r"[^a-z0-9_]", "_", path.stem.lower())
-    db = BenchDatabase("postgres", f"{_postgres_server()}/{name}", None, name)
+    db = BenchDatabase("postgres", f"{postgres_server()}/{name}", None, name)
     import psycopg
 
     with psycopg.connect(db.url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
@@ -164,7 +209,6 @@ def django_setup(db_name: str, *, fresh: bool, database: str = "sqlite") -> Benc
     os.environ.setdefault("VECTOR_INDEX_DIR", str(BENCH_DIR / f"{Path(db_name).stem}{suffix}-vectors"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smartmemory_site.settings")
     os.environ.setdefault("SIGNAL_BACKGROUND_FLUSH", "false")
-    sys.path.insert(0, str(ROOT))
     import django
 
     django.setup()

@@ -4,23 +4,24 @@ Compares the store's frontier expansion (one query per chunk of frontier ids per
 variable-length-path query returning the same per-node lists, on two generated graphs of 10k edges:
 "conversation" (sessions of 20 turns: FOLLOWS chains, PART_OF a session node, MENTIONS of 300 entities
 with Zipf popularity, so a few hubs) and "sparse" (uniform random, average degree 4).
-Needs the Bolt server of `scripts/services.sh start falkordb`; writes only under the key namespace
-"bench_" and deletes it afterwards.
+Uses --uri, or $TEST_NEO4J_URI, or else FalkorDB started the way the tests start it (bench/_setup.py:
+bolt_uri), which only runs inside scripts/isolated.sh; writes only under the key namespace "bench_" and
+deletes it afterwards.
 
-    .venv/bin/python bench/bench_graphstore_neo4j.py [--uri bolt://127.0.0.1:7688] [--queries 30]
+    scripts/isolated.sh .venv/bin/python bench/bench_graphstore_neo4j.py [--queries 30]
+    .venv/bin/python bench/bench_graphstore_neo4j.py --uri bolt://127.0.0.1:7687
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import time
 import uuid
 from dataclasses import dataclass
 
-from _setup import django_setup, percentile
+from _setup import bolt_uri, django_setup, percentile
 
 VARLEN = """
 UNWIND $ids AS x
@@ -107,11 +108,12 @@ def sparse_graph(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--uri", default=os.environ.get("TEST_NEO4J_URI", "bolt://127.0.0.1:7688"))
+    parser.add_argument("--uri", help="Bolt URI (default: $TEST_NEO4J_URI, or FalkorDB started here)")
     parser.add_argument("--edges", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=30)
     parser.add_argument("--seeds", type=int, default=10)
     args = parser.parse_args()
+    args.uri = args.uri or bolt_uri()
     django_setup("graphstore_neo4j.sqlite3", fresh=False)
     from graph.bolt import Neo4jGraphStore
     from graph.store import EdgeRef

@@ -43,7 +43,6 @@ import math
 import os
 import random
 import shutil
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -54,7 +53,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from _setup import ROOT, BenchDatabase, add_database_argument, django_setup, percentile, start_daphne, stop_server
+from _setup import (
+    BenchDatabase,
+    add_database_argument,
+    django_setup,
+    percentile,
+    redis_url,
+    start_daphne,
+    stop_server,
+)
 from bench_surfacing import _strategy, data_stem, generated_queries
 
 TARGET_P95_MS = 100.0
@@ -81,14 +88,6 @@ class Tally:
             f"  {label:<34} {len(t) / seconds:7.1f} req/s  p50 {percentile(t, 50):7.1f}  p95 {percentile(t, 95):7.1f}"
             f"  p99 {percentile(t, 99):7.1f} ms  errors {self.errors}"
         )
-
-
-def _redis_url() -> str:
-    subprocess.run([str(ROOT / "scripts" / "services.sh"), "start", "redis"], check=True)
-    env = subprocess.run(
-        [str(ROOT / "scripts" / "services.sh"), "env"], check=True, capture_output=True, text=True
-    ).stdout
-    return next(line.split("=", 1)[1] for line in env.split() if line.startswith("TEST_REDIS_URL="))
 
 
 def _start_servers(
@@ -498,10 +497,10 @@ def main() -> None:
     saturation: dict[int, float] = {}
     verdicts: list[str] = []
     for n in counts:
-        redis_url = _redis_url() if (n > 1 or args.database == "postgres") else ""
-        label = f"{n} server process(es){' + Redis' if redis_url else ''}"
+        redis = redis_url() if (n > 1 or args.database == "postgres") else ""
+        label = f"{n} server process(es){' + Redis' if redis else ''}"
         if not {"saturation", "offered"} <= skip:
-            servers, ports = _start_servers(n, db.url, redis_url)
+            servers, ports = _start_servers(n, db.url, redis)
             try:
                 _warm(ports, token, queries)
                 print(f"{label}:")
@@ -523,7 +522,7 @@ def main() -> None:
             print(f"{label}, evolution run worked by the servers' embedded worker thread (EVOLUTION_WORKER=thread):")
             url, vectors = _serve_copy(db)
             servers, ports = _start_servers(
-                n, url, redis_url, {"EVOLUTION_WORKER": "thread", "VECTOR_INDEX_DIR": str(vectors)}
+                n, url, redis, {"EVOLUTION_WORKER": "thread", "VECTOR_INDEX_DIR": str(vectors)}
             )
             try:
                 _warm(ports, token, queries)

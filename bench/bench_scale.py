@@ -5,8 +5,9 @@ Runs, once per backend and each in its own process, the surfacing benchmark in p
 generated on first use per backend) and the ingestion benchmark (bench_ingest.py), then prints p50 / p95
 of each strategy on both backends with the PostgreSQL / SQLite ratio of the p50s, and the ingestion rates.
 
-Target: PostgreSQL p50 within 1.5x of SQLite for every strategy. PostgreSQL is the throw-away cluster that
-`make test` starts (scripts/services.sh start postgres), started here when it is not running.
+Target: PostgreSQL p50 within 1.5x of SQLite for every strategy. PostgreSQL is a throw-away cluster
+started the way `make test` starts it (scripts/with_postgres.sh): this runs under it, and both PostgreSQL
+runs use that one cluster.
 
     make bench-scale                       # or: .venv/bin/python bench/bench_scale.py
     .venv/bin/python bench/bench_scale.py --memories 1000000 --edges 5000000 --skip-ingest
@@ -23,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _setup import DATABASES, ROOT
+from _setup import DATABASES, ROOT, postgres_server
 
 TARGET_RATIO = 1.5
 
@@ -47,6 +48,7 @@ def main() -> None:
     parser.add_argument("--skip-ingest", action="store_true")
     parser.add_argument("--fresh", action="store_true", help="regenerate the surfacing workspaces")
     args = parser.parse_args()
+    postgres_server()  # runs this again under scripts/with_postgres.sh unless it already runs there
 
     surfacing: dict[str, dict[str, Any]] = {}
     ingest: dict[str, dict[str, Any]] = {}

@@ -2,8 +2,9 @@
 
 Publishes what `retrieval_signals` publishes for many result sets (k items: a boost and a retrieval
 event each, plus co-retrieved partner boosts) over a workspace of 10k memories, then drains the stream
-with one worker the way `manage.py run_workers` does. Needs `scripts/services.sh start redis`; uses a
-stream key of its own and deletes it afterwards.
+with one worker the way `manage.py run_workers` does. Uses --redis, or $TEST_REDIS_URL, or else a
+redis-server it starts the way the tests do (bench/_setup.py: redis_url); a stream key of its own, deleted
+afterwards.
 
     .venv/bin/python bench/bench_signalbus_redis.py [--result-sets 2000] [--k 20] [--workers 1]
 """
@@ -11,22 +12,22 @@ stream key of its own and deletes it afterwards.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import time
 import uuid
 
-from _setup import django_setup
+from _setup import django_setup, redis_url
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--redis", default=os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6390/0"))
+    parser.add_argument("--redis", help="Redis URL (default: $TEST_REDIS_URL, or one started here)")
     parser.add_argument("--memories", type=int, default=10_000)
     parser.add_argument("--result-sets", type=int, default=2_000)
     parser.add_argument("--k", type=int, default=20)
     parser.add_argument("--partners", type=int, default=10)
     args = parser.parse_args()
+    args.redis = args.redis or redis_url()
 
     django_setup("signalbus_redis.sqlite3", fresh=True)
     from django.contrib.auth import get_user_model

@@ -54,6 +54,7 @@ from _setup import (
     bench_database,
     django_setup,
     percentile,
+    redis_url,
     start_daphne,
     stop_server,
 )
@@ -447,7 +448,7 @@ def main() -> None:
     parser.add_argument("--cycle-flush-seconds", type=int, default=5, help="SIGNAL_FLUSH_SECONDS beside the cycle")
     parser.add_argument("--idle-requests", type=int, default=100)
     parser.add_argument("--context-rate", type=float, default=5.0, help="/context/ requests a second (0: back to back)")
-    parser.add_argument("--redis", default=os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6390/0"))
+    parser.add_argument("--redis", help="Redis of the stream flush (default: $TEST_REDIS_URL, or one started here)")
     parser.add_argument("--skip", default="", help="comma-separated: flush, latency, cycle")
     add_database_argument(parser)
     args = parser.parse_args()
@@ -466,7 +467,7 @@ def main() -> None:
     print(f"database {db.label}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     results: dict[str, Any] = {}
     if "flush" not in args.skip:
-        results["flush"] = bench_flush(users, args.flush_rounds, args.flush_result_sets, args.redis)
+        results["flush"] = bench_flush(users, args.flush_rounds, args.flush_result_sets, args.redis or redis_url())
     from django.db import connections
 
     connections.close_all()

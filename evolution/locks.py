@@ -6,8 +6,8 @@ holder that dies (SIGKILL, a lost machine) leaves the lock to be taken once its 
 
 - ``RedisJobLocks`` (REDIS_URL set): ``SET key token NX PX lease``; release and extend are Lua scripts that
   compare the token first, so a worker whose lease ran out can never free or prolong the next holder's
-  lock. Leases are timed by the Redis server's clock. A Redis restarted without persistence (as
-  scripts/services.sh runs it, and any Redis that lost its data) forgets every lock: extend finds the key
+  lock. Leases are timed by the Redis server's clock. A Redis restarted without persistence (as the
+  tests run it, and any Redis that lost its data) forgets every lock: extend finds the key
   missing and sets it again under the holder's token, so the holder has its lock back at its next prolong
   (every third of the lease, evolution.scheduler); until then another worker may take the same job, the
   one window in which a job can be worked twice at once, bounded by a third of SCHEDULER_LOCK_SECONDS

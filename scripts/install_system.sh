@@ -3,8 +3,8 @@
 #
 # Idempotent: a second run installs nothing and does not touch the network. `apt-get update` runs only
 # when at least one package is missing. Package maintainer scripts are kept from starting the system
-# daemons (redis-server on 6379, the postgresql "main" cluster on 5432): the test services are started
-# by scripts/services.sh on their own loopback ports, so a system daemon would only be a stray process.
+# daemons (redis-server on 6379, the postgresql "main" cluster on 5432): the tests start their own servers
+# (tests/services.py, scripts/with_postgres.sh), so a system daemon would only be a stray process.
 #
 # Usage: scripts/install_system.sh   (as root, or with sudo available)
 set -euo pipefail
@@ -14,24 +14,26 @@ die() { printf '[install_system] ERROR: %s\n' "$*" >&2; exit 1; }
 
 # Packages, each with a file it must provide; both are checked so that a package removed by hand
 # but with its binary still lying around (or the reverse) is noticed.
-#   redis-server        apt redis 7 for the cache/channels tests (port chosen by services.sh)
-#   redis-tools         redis-cli, used for readiness checks
+#   redis-server        apt redis 7, which pytest starts for the tests that need it (tests/services.py)
 #   postgresql-15       server binaries (initdb, pg_ctl, postgres) under /usr/lib/postgresql/15/bin
-#   postgresql-client-15  psql, pg_isready
+#   postgresql-client-15  psql
+#   postgresql-common   pg_virtualenv, the throw-away cluster of scripts/with_postgres.sh
 #   chromium            headless browser driven by Playwright via executable_path=/usr/bin/chromium
 #   chromium-driver     chromedriver, for anything that prefers WebDriver
 #   fonts-dejavu-core   a real font so that screenshots render text instead of boxes
-#   util-linux          runuser, to run initdb/pg_ctl as the postgres user (essential, normally present)
-#   procps              ps/pgrep, for inspecting what services.sh started
+#   util-linux          unshare, for the namespaces of scripts/isolated.sh (essential, normally present)
+#   iproute2            ip, to bring up the loopback in that network namespace
+#   procps              ps/pgrep, for inspecting what a test run started
 PACKAGES=(
     "redis-server:/usr/bin/redis-server"
-    "redis-tools:/usr/bin/redis-cli"
     "postgresql-15:/usr/lib/postgresql/15/bin/pg_ctl"
     "postgresql-client-15:/usr/lib/postgresql/15/bin/psql"
+    "postgresql-common:/usr/bin/pg_virtualenv"
     "chromium:/usr/bin/chromium"
     "chromium-driver:/usr/bin/chromedriver"
     "fonts-dejavu-core:/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
-    "util-linux:/usr/sbin/runuser"
+    "util-linux:/usr/bin/unshare"
+    "iproute2:/sbin/ip"
     "procps:/usr/bin/ps"
 )
 
@@ -114,7 +116,7 @@ stop_system_service() {
     fi
 }
 # Only for packages installed by this run: a daemon someone set up earlier on a developer machine is
-# theirs, and cannot clash with the non-default ports services.sh uses.
+# theirs, and cannot clash with the test servers, which run in a network namespace of their own.
 for pkg in "${missing[@]}"; do
     case "$pkg" in
         redis-server) stop_system_service redis-server /run/redis/redis-server.pid ;;

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# The whole suite: system packages, real services on loopback, lint, types, import contracts, tests
-# on SQLite, the API tests again on PostgreSQL 15, then the services are stopped by PID whatever happened.
+# The whole suite: system packages, then, inside scripts/isolated.sh (network and PID namespaces of its own:
+# whatever runs there listens on loopback only, and nothing it starts outlives it), lint, types, import
+# contracts, every test on SQLite, and the API tests again on a throw-away PostgreSQL 15 cluster
+# (scripts/with_postgres.sh). Each pytest run starts Redis and FalkorDB itself for the tests that need them,
+# and stops them by their process when it ends, whatever happened (tests/services.py).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if [[ "${SMARTMEMORY_ISOLATED:-}" != 1 ]]; then
+    scripts/install_system.sh # apt needs the network, which the namespace does not have
+    exec scripts/isolated.sh scripts/test.sh "$@"
+fi
 
 PY=.venv/bin/python
 export TEST_OUTPUT_DIR="${TEST_OUTPUT_DIR:-$PWD/var/test-output}"
 mkdir -p "$TEST_OUTPUT_DIR"
-
-scripts/install_system.sh
-trap 'scripts/services.sh stop || true' EXIT
-scripts/services.sh start
-eval "$(scripts/services.sh env)"
 
 echo "== ruff"
 .venv/bin/ruff check .
@@ -24,5 +27,5 @@ echo "== import contracts"
 echo "== pytest (SQLite, every test)"
 $PY -m pytest -q -p no:randomly --junitxml="$TEST_OUTPUT_DIR/junit-sqlite.xml" "$@"
 
-echo "== pytest (PostgreSQL 15, API and service tests)"
-DATABASE_URL="$TEST_DATABASE_URL" $PY -m pytest -q -m "api" --junitxml="$TEST_OUTPUT_DIR/junit-postgres.xml"
+echo "== pytest (PostgreSQL 15, the API tests)"
+scripts/with_postgres.sh $PY -m pytest -q -m "api" --junitxml="$TEST_OUTPUT_DIR/junit-postgres.xml"

@@ -21,7 +21,10 @@ from memories.models import Memory, Role, Workspace
 from memories.signalbus import LocalSignalBus, set_signal_bus
 from memories.vectorindex import vector_index_clear
 
-NEO4J_URI = os.environ.get("TEST_NEO4J_URI", "bolt://127.0.0.1:7688")
+# Redis and FalkorDB for the tests marked `services`, started by pytest on 127.0.0.1 (tests/services.py,
+# which also sets TEST_REDIS_URL and TEST_NEO4J_URI before any test module is imported).
+pytest_plugins = ["tests.services"]
+
 # The tests' embedder, unless the run names one: the hashing embedder is exact to the bit and fast; the site's
 # default (minilm when installed) is tested by the tests that ask for it. Servers the tests start inherit it.
 # Django read EMBEDDER before this file was imported: set it in the settings too, before any test module
@@ -143,13 +146,13 @@ def fresh_vector_indexes(settings: Any, vector_index_dir: Path) -> Iterator[None
     vector_index_clear()
 
 
-# -- the Bolt graph store (FalkorDB started by `scripts/services.sh start`; tests marked `services`) ----
+# -- the Bolt graph store (FalkorDB started by tests/services.py; tests marked `services`) -----------------
 
 
 @pytest.fixture(scope="session")
-def bolt() -> Iterator[Neo4jGraphStore]:
+def bolt(falkordb_server: Any) -> Iterator[Neo4jGraphStore]:
     """One driver for the whole run (FalkorDB wedges a connection after a driver closes another)."""
-    store = Neo4jGraphStore(NEO4J_URI)
+    store = Neo4jGraphStore(falkordb_server.uri)
     store.ping()
     yield store
     store.close()
@@ -158,7 +161,7 @@ def bolt() -> Iterator[Neo4jGraphStore]:
 @pytest.fixture
 def neo(bolt: Neo4jGraphStore) -> Iterator[Neo4jGraphStore]:
     """A store in a namespace of its own; installed as the process's graph store only by `mirrored`."""
-    store = Neo4jGraphStore(NEO4J_URI, namespace=f"t{uuid.uuid4().hex[:12]}_", driver=bolt.driver)
+    store = Neo4jGraphStore(bolt.uri, namespace=f"t{uuid.uuid4().hex[:12]}_", driver=bolt.driver)
     yield store
     for key in store.workspace_keys():
         store.drop_workspace(key)

@@ -1,4 +1,4 @@
-"""Edges that evolution writes or reverts reach a Bolt graph store too (FalkorDB from scripts/services.sh)."""
+"""Edges that evolution writes or reverts reach a Bolt graph store too (FalkorDB from tests/services.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scheduled-job locks, in the database and in the real redis-server that `scripts/services.sh` starts: one
+"""Scheduled-job locks, in the database and in the real redis-server that pytest starts (tests/services.py): one
 holder at a time, released or prolonged only by its own token, and taken over once its lease has run out."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
 
 @pytest.fixture
-def redis_locks() -> Iterator[RedisJobLocks]:
+def redis_locks(redis_server: object) -> Iterator[RedisJobLocks]:
     """Locks under a prefix of their own, removed afterwards."""
     prefix = f"test-joblock-{uuid.uuid4().hex[:12]}"
     locks = RedisJobLocks(REDIS_URL, prefix=prefix)
@@ -93,7 +93,7 @@ def test_a_redis_lock_is_taken_over_once_its_lease_ran_out(redis_locks: RedisJob
     assert redis_locks.release(workspace.pk, "decay", taker)
 
 
-def test_redis_is_used_when_redis_url_is_set(settings: Any) -> None:
+def test_redis_is_used_when_redis_url_is_set(settings: Any, redis_server: object) -> None:
     settings.REDIS_URL = ""
     assert isinstance(job_locks(), DatabaseJobLocks)
     settings.REDIS_URL = REDIS_URL

@@ -1,6 +1,6 @@
-"""A redis-server restarted under load, the way `make test` runs it (scripts/services.sh: apt's redis-server,
-no persistence), started here on a port and state directory of this test so that stopping it disturbs
-no other test: it is killed by its PID and started again on the same port.
+"""A redis-server restarted under load, the way the tests run it (tests/services.py: apt's redis-server, no
+persistence), started here on a port of this test so that stopping it disturbs no other test: it is killed
+by its PID and started again on the same port.
 
 - A real `manage.py run_workers` flushes boosts published at a steady rate by this process (as a web
   process publishes them) through the restart: its loop does not stop, and the boosts lost are at most
@@ -31,15 +31,16 @@ from typing import Any
 
 import pytest
 import redis
+from pytest_redis.executor import RedisExecutor
 
 from evolution.locks import RedisJobLocks
 from evolution.scheduler import Job, Scheduler
 from memories.models import Workspace
 from memories.signalbus import Boost
 from memories.signalbus.redis import RedisSignalBus
+from tests import services as servers
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ROOT / "scripts" / "services.sh"
 
 pytestmark = pytest.mark.services
 
@@ -53,47 +54,30 @@ def _free_port() -> int:
 
 @dataclass
 class RedisServer:
-    """A redis-server started by scripts/services.sh in a state directory of its own."""
+    """A redis-server of this test's own, run by its executor (tests/services.py)."""
 
-    port: int
-    env: dict[str, str]
-    state: Path
+    executor: RedisExecutor
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://127.0.0.1:{self.executor.port}/0"
 
-    def services(self, action: str) -> None:
-        done = subprocess.run(
-            [str(SERVICES), action, "redis"], env=self.env, capture_output=True, text=True, timeout=120
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
+    def start(self) -> None:
+        servers.start("redis", self.executor)
 
     def pid(self) -> int:
-        return int((self.state / "redis.pid").read_text().split()[0])
+        assert self.executor.process is not None
+        return self.executor.process.pid
 
     def kill(self) -> None:
-        """SIGKILL by PID (nothing is saved: the server has no persistence), then wait for the port to close."""
-        os.kill(self.pid(), signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-            except OSError:
-                return
-            assert time.monotonic() < deadline, "redis-server still answers after SIGKILL"
-            time.sleep(0.02)
+        """SIGKILL by PID (nothing is saved: the server has no persistence); returns once it is gone."""
+        self.executor.kill(sig=signal.SIGKILL)
 
 
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    state = tmp_path / "services"
-    port = _free_port()
-    env = {**os.environ, "SERVICES_DIR": str(state), "REDIS_PORT": str(port)}
-    server = RedisServer(port=port, env=env, state=state)
-    server.services("start")
-    yield server
-    server.services("stop")
+    with servers.running("redis", servers.redis(_free_port(), tmp_path)) as executor:
+        yield RedisServer(executor)
 
 
 SETUP = """
@@ -216,7 +200,7 @@ def test_boosts_and_job_locks_go_on_across_a_redis_restart_losing_only_what_redi
         _wait(lambda: publisher.published > at_kill + 2000, "the publisher stopped while Redis was down")
         _wait(lambda: "signal flush failed" in log_path.read_text(errors="replace"), "the worker never saw it down")
         assert worker.poll() is None, log_path.read_text(errors="replace")[-3000:]
-        own_redis.services("start")
+        own_redis.start()
         restarted_at = _boosts_applied(db_path)
         _wait(lambda: _boosts_applied(db_path) > restarted_at + 2000, "no boost was applied after the restart")
         _wait(lambda: _retrieval_runs(db_path)[0] >= down_runs + 2, "the retrieval job stopped after the restart")
@@ -254,7 +238,7 @@ def test_a_job_lock_held_across_a_redis_restart_is_its_holders_again_before_anot
     def long_job(ws: Workspace, now: datetime) -> dict[str, Any]:
         token, pid = client.get(key), own_redis.pid()
         own_redis.kill()
-        own_redis.services("start")
+        own_redis.start()
         assert own_redis.pid() != pid  # a new server, which knows no lock
         # The holder's lease keeper prolongs every 0.5 s: it finds the key gone and sets it again.
         _wait(lambda: client.get(key) is not None, "the holder did not get its lock back", timeout=10)

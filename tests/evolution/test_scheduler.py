@@ -204,7 +204,7 @@ def test_maybe_tick_looks_at_most_every_check_interval(kit: EvolutionKit, clock:
 
 
 @pytest.fixture
-def redis_locks() -> Iterator[RedisJobLocks]:
+def redis_locks(redis_server: object) -> Iterator[RedisJobLocks]:
     prefix = f"test-scheduler-{uuid.uuid4().hex[:12]}"
     locks = RedisJobLocks(REDIS_URL, prefix=prefix)
     yield locks

@@ -1,5 +1,5 @@
 """Two real `manage.py run_workers` processes over one SQLite file, locking through the real redis-server
-that `scripts/services.sh` starts: looking every second for a few seconds, between them they work every
+that pytest starts (tests/services.py): looking every second for a few seconds, between them they work every
 due scheduled job of every workspace exactly once, and what the jobs count is counted once."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ print("ready")
 
 
 @pytest.fixture
-def site(tmp_path: Path) -> Iterator[dict[str, str]]:
+def site(tmp_path: Path, redis_server: object) -> Iterator[dict[str, str]]:
     prefix = f"test-sched-{uuid.uuid4().hex[:12]}"
     env = {k: v for k, v in os.environ.items() if k not in ("NEO4J_URI", "DATABASE_URL")}
     env.update(

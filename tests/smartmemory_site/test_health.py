@@ -14,7 +14,7 @@ from graph.store import graph_store, set_graph_store
 
 pytestmark = [pytest.mark.django_db, pytest.mark.api]
 
-# The Redis that `make test` starts (scripts/services.sh); the suite talks to the real server.
+# The Redis that pytest starts for the tests marked `services` (tests/services.py): the real server.
 LIVE_REDIS = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6390/0")
 # FalkorDB's Bolt listener, also started by `make test`.
 LIVE_BOLT = os.environ.get("TEST_NEO4J_URI", "bolt://127.0.0.1:7688")

@@ -1,4 +1,4 @@
-"""Neo4jGraphStore against the real FalkorDB Bolt endpoint started by `scripts/services.sh start falkordb`.
+"""Neo4jGraphStore against the real FalkorDB Bolt endpoint that pytest starts (tests/services.py).
 
 Every test works in its own namespace of workspace keys and drops it afterwards, so runs sharing the
 server never see or delete each other's nodes.

@@ -1,4 +1,4 @@
-"""RedisSignalBus against the real redis-server started by `scripts/services.sh start redis`."""
+"""RedisSignalBus against the real redis-server that pytest starts (tests/services.py)."""
 
 from __future__ import annotations
 
