@@ -44,6 +44,7 @@ index wait for it.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
 import threading
@@ -254,11 +255,14 @@ class _Merger:
         self._queue: OrderedDict[_Key, tuple[_Slot, Path]] = OrderedDict()
         self._cond = threading.Condition()
         self._busy = False
+        self._stopping = False
         self._thread: threading.Thread | None = None
 
     def schedule(self, key: _Key, slot: _Slot, path: Path) -> None:
         """Merge the index of `slot` and write it to `path` (taken now: settings may change meanwhile)."""
         with self._cond:
+            if self._stopping:
+                return
             self._queue[key] = (slot, path)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="vector-index-merger", daemon=True)
@@ -274,12 +278,26 @@ class _Merger:
         with self._cond:
             return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
 
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop after the chunk being merged (at interpreter exit). A daemon thread still inside the index's
+        native code when the process exits makes the C++ runtime abort it (exit status 134); what was not
+        merged stays pending in the database's vectors, and the next process catches up."""
+        with self._cond:
+            self._stopping = True
+            self._queue.clear()
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread.is_alive():
+            thread.join(timeout)
+
     def _run(self) -> None:
         while True:
             with self._cond:
                 while not self._queue:
                     self._busy = False
                     self._cond.notify_all()
+                    if self._stopping:
+                        return
                     self._cond.wait()
                 key, (slot, path) = self._queue.popitem(last=False)
                 self._busy = True
@@ -293,7 +311,7 @@ class _Merger:
     def _drain(self, key: _Key, slot: _Slot, path: Path) -> None:
         started = time.perf_counter()
         merged = 0
-        while _cache.holds(key, slot):
+        while _cache.holds(key, slot) and not self._stopping:
             with slot.lock:
                 index = slot.index
                 if index is None:
@@ -330,6 +348,7 @@ def _write(path: Path, arrays: dict[str, npt.NDArray[Any]], size: int) -> None:
 
 
 _merger = _Merger()
+atexit.register(_merger.stop)
 
 
 def vector_index_clear() -> None:

@@ -246,3 +246,32 @@ def test_threads_racing_for_a_cold_index_build_it_once_and_get_the_same_answer(
     assert len(results) == 20 and all(r == results[0] for r in results)
     assert results[0][0][0] == memories[12].id
     assert caplog.text.count("built:") == 1
+
+
+def test_the_merger_stops_between_chunks_at_exit_and_takes_no_more_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At interpreter exit (atexit) the merger finishes the chunk in hand and ends: a thread left inside the
+    index's native code when the process exits is aborted by the C++ runtime (exit status 134)."""
+    from memories import vectorindex
+
+    merging = threading.Event()
+    chunks: list[int] = []
+
+    class SlowIndex:
+        pending = True
+
+        def merge(self, limit: int) -> int:
+            chunks.append(limit)
+            merging.set()
+            threading.Event().wait(0.05)
+            return limit
+
+    merger = vectorindex._Merger()
+    slot = vectorindex._Slot(index=SlowIndex())  # type: ignore[arg-type]
+    monkeypatch.setattr(vectorindex._cache, "holds", lambda key, held: held is slot)
+    merger.schedule((1, "m", 8), slot, Path("/nonexistent/index"))
+    assert merging.wait(10)
+    merger.stop(timeout=10)
+    assert merger._thread is not None and not merger._thread.is_alive()
+    done = len(chunks)
+    merger.schedule((1, "m", 8), slot, Path("/nonexistent/index"))
+    assert not merger._thread.is_alive() and len(chunks) == done
