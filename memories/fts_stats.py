@@ -116,6 +116,7 @@ def forget() -> None:
     with _lock:
         _counts.clear()
         _pg_terms.clear()
+        _sqlite_terms.clear()
 
 
 def _still_valid(kept: WorkspaceCounts, database: str, top: int, top_id: str | None, cursor: Any) -> bool:
@@ -234,4 +235,37 @@ def pg_term_counts(workspace_id: int, expressions: Sequence[str], *, config: str
             for k, count in rows:
                 found[missing[k]] = int(count)
                 _pg_terms[(database, workspace_id, missing[k], cap)] = (int(count), now)
+    return [found[e] for e in expressions]
+
+
+_sqlite_terms: dict[tuple[str, str, int], tuple[int, float]] = {}
+
+
+def sqlite_term_counts(expressions: Sequence[str], *, cap: int) -> list[int]:
+    """SQLite: how many rows of the whole full-text index match each FTS5 expression, counted up to ``cap``
+    (a count of ``cap`` means at least that many; a capped count reads at most ``cap`` entries of a doclist),
+    kept for a minute: they only steer which matches a query ranks."""
+    database = str(connection.settings_dict.get("NAME"))
+    now = time.monotonic()
+    found: dict[str, int] = {}
+    with _lock:
+        for expression in expressions:
+            kept = _sqlite_terms.get((database, expression, cap))
+            if kept is not None and now - kept[1] < _PG_TERM_SECONDS:
+                found[expression] = kept[0]
+    missing = [e for e in dict.fromkeys(expressions) if e not in found]
+    if missing:
+        part = "SELECT %s, (SELECT count(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH %s LIMIT %s))"
+        params: list[Any] = []
+        for k, expression in enumerate(missing):
+            params.extend([k, expression, cap])
+        with connection.cursor() as cursor:
+            cursor.execute(" UNION ALL ".join([part] * len(missing)), params)
+            rows = cursor.fetchall()
+        with _lock:
+            if len(_sqlite_terms) + len(rows) > _PG_TERMS_MAX:
+                _sqlite_terms.clear()
+            for k, count in rows:
+                found[missing[k]] = int(count)
+                _sqlite_terms[(database, missing[k], cap)] = (int(count), now)
     return [found[e] for e in expressions]

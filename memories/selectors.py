@@ -149,23 +149,74 @@ def lexical_search(
         counts = fts_stats.workspace_counts(workspace.pk)
         pool = limit if counts.whole else 2 * limit + 10
         expression = fts5_expression(terms)
-        if statuses:
-            hits = _fts_ranked_with_status(expression, workspace.pk, pool, statuses)
-        else:
-            hits = _fts_ranked(expression, workspace.pk, pool)
+        restriction = _fts_restriction(terms, pool)
+        hits = _fts_hits(expression, workspace.pk, pool, statuses, restriction)
+        if restriction is not None and len(hits) < pool:
+            hits = _fts_hits(expression, workspace.pk, pool, statuses, None)
         return fts_stats.rescored(hits, terms, counts)[:limit]
     return _pg_ranked(workspace.pk, terms, limit, statuses)
 
 
+Restriction = tuple[str, list[Any]]
+"""SQLite: a condition on the full-text table's rowid (``{t}`` stands for its alias) and its parameters."""
+
+
+def _fts_hits(
+    expression: str, workspace_id: int, pool: int, statuses: Sequence[str] | None, restriction: Restriction | None
+) -> list[tuple[int, uuid.UUID, float]]:
+    if statuses:
+        return _fts_ranked_with_status(expression, workspace_id, pool, statuses, restriction)
+    return _fts_ranked(expression, workspace_id, pool, restriction)
+
+
+def _fts_restriction(terms: list[str], pool: int) -> Restriction | None:
+    """SQLite: which matches are worth ranking, as PostgreSQL's ``_pg_ranked`` chooses them: FTS5 computes
+    bm25() for every match of the query before it sorts, and at 1M memories three words each in thousands
+    of rows cost 20 ms a query of a 30 ms context call. When the rarer terms' matches fill the pool, only
+    theirs are ranked (still by the whole query); when every term that matches is common, the newest
+    matches (by index row, that is by insertion) are. None ranks every match. Counts are of the whole index
+    (what a query's cost follows), capped, kept a minute; terms that match nothing are left out."""
+    budget = max(_RARE_BUDGET_MIN, _RARE_BUDGET_PER_HIT * pool)
+    per_term = [fts5_expression([t]) for t in terms]
+    counts = fts_stats.sqlite_term_counts(per_term, cap=budget + 1)
+    present = [k for k, count in enumerate(counts) if count > 0]
+    if not present:
+        return None
+    with connection.cursor() as cursor:
+        if min(counts[k] for k in present) > budget:
+            # The rowid of the N-th newest match: the doclists are in rowid order, read from the end.
+            cursor.execute(
+                "SELECT rowid FROM memories_fts WHERE memories_fts MATCH %s ORDER BY rowid DESC LIMIT 1 OFFSET %s",
+                [fts5_expression([terms[k] for k in present]), _NEWEST_PER_BUDGET * budget - 1],
+            )
+            floor = cursor.fetchone()
+            return ("{t}rowid >= %s", [int(floor[0])]) if floor else None
+        subset = rare_term_subset([counts[k] for k in present], pool=pool, budget=budget)
+        if subset is None:
+            return None
+        cursor.execute(
+            "SELECT rowid FROM memories_fts WHERE memories_fts MATCH %s",
+            [fts5_expression([terms[present[k]] for k in subset])],
+        )
+        rowids = [int(row[0]) for row in cursor.fetchall()]
+    return ("{t}rowid IN (" + ",".join(["%s"] * len(rowids)) + ")", rowids)
+
+
+def _restricted(restriction: Restriction | None, alias: str) -> tuple[str, list[Any]]:
+    if restriction is None:
+        return "", []
+    return " AND " + restriction[0].format(t=alias), restriction[1]
+
+
 # PostgreSQL ranks a query's matches in full only while the rarer terms' matches are fewer than
-# _PG_RARE_BUDGET_PER_HIT rows per wanted hit (at least _PG_RARE_BUDGET_MIN): ranking a match reads its
+# _RARE_BUDGET_PER_HIT rows per wanted hit (at least _RARE_BUDGET_MIN): ranking a match reads its
 # row, and one common word in a query made it read thousands (bench: 1,816 rows, 13 ms, for a name in 1.5%
 # of 100k memories; 340 rows, 3 ms, without it). When every term is that common, the newest
-# _PG_NEWEST_PER_BUDGET x budget matches are ranked (a query of three words each in most of 20k turns
+# _NEWEST_PER_BUDGET x budget matches are ranked (a query of three words each in most of 20k turns
 # ranked all 20k: 110 ms).
-_PG_RARE_BUDGET_PER_HIT = 4
-_PG_RARE_BUDGET_MIN = 400
-_PG_NEWEST_PER_BUDGET = 2
+_RARE_BUDGET_PER_HIT = 4
+_RARE_BUDGET_MIN = 400
+_NEWEST_PER_BUDGET = 2
 
 
 def _pg_ranked(
@@ -185,11 +236,11 @@ def _pg_ranked(
         return []
     match, newest = expression, 0
     if config == "'english'":
-        budget = max(_PG_RARE_BUDGET_MIN, _PG_RARE_BUDGET_PER_HIT * limit)
+        budget = max(_RARE_BUDGET_MIN, _RARE_BUDGET_PER_HIT * limit)
         per_term = [tsquery_expression([t]) for t in terms]
         counts = fts_stats.pg_term_counts(workspace_id, per_term, config=config, cap=budget + 1)
-        if min(counts) > budget:
-            newest = _PG_NEWEST_PER_BUDGET * budget
+        if min([c for c in counts if c > 0] or [0]) > budget:
+            newest = _NEWEST_PER_BUDGET * budget
         elif (subset := rare_term_subset(counts, pool=limit, budget=budget)) is not None:
             match = " | ".join(per_term[k] for k in subset)
     rows = _pg_ranked_rows(workspace_id, config, match, expression, limit, statuses, newest=newest)
@@ -231,7 +282,7 @@ def _pg_ranked_rows(
 
 
 def _fts_ranked_with_status(
-    expression: str, workspace_id: int, limit: int, statuses: Sequence[str]
+    expression: str, workspace_id: int, limit: int, statuses: Sequence[str], restriction: Restriction | None = None
 ) -> list[tuple[int, uuid.UUID, float]]:
     """SQLite: the ``limit`` best BM25 hits (FTS rowid, memory id, score) of one workspace in ``statuses``.
 
@@ -239,13 +290,14 @@ def _fts_ranked_with_status(
     statuses themselves pass statuses=None and skip it).
     """
     marks = ",".join(["%s"] * len(statuses))
+    where, params = _restricted(restriction, "f.")
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT f.rowid, f.memory_id, -bm25(memories_fts) AS score FROM memories_fts f "
             "JOIN memories_memory m ON m.id = f.memory_id "
-            f"WHERE memories_fts MATCH %s AND f.workspace_id = %s AND m.status IN ({marks}) "
+            f"WHERE memories_fts MATCH %s{where} AND f.workspace_id = %s AND m.status IN ({marks}) "
             "ORDER BY bm25(memories_fts), f.rowid LIMIT %s",
-            [expression, workspace_id, *statuses, limit],
+            [expression, *params, workspace_id, *statuses, limit],
         )
         return [(int(rowid), as_uuid(mid), float(score)) for rowid, mid, score in cursor.fetchall()]
 
@@ -269,7 +321,9 @@ _FTS_REPROBE_EVERY = 64
 _fts_queries = itertools.count()
 
 
-def _fts_ranked(expression: str, workspace_id: int, limit: int) -> list[tuple[int, uuid.UUID, float]]:
+def _fts_ranked(
+    expression: str, workspace_id: int, limit: int, restriction: Restriction | None = None
+) -> list[tuple[int, uuid.UUID, float]]:
     """SQLite: the ``limit`` best BM25 hits (FTS rowid, memory id, score) of one workspace, any status.
 
     ``workspace_id`` is an UNINDEXED column: filtering on it reads the stored row of every match (a
@@ -280,6 +334,7 @@ def _fts_ranked(expression: str, workspace_id: int, limit: int) -> list[tuple[in
     ``_FTS_REPROBE_EVERY`` queries, since a workspace's share changes as it grows).
     """
     share = _FTS_SHARE.get(workspace_id, 1.0)
+    where, params = _restricted(restriction, "")
     if share >= _FTS_SHARE_MIN or next(_fts_queries) % _FTS_REPROBE_EVERY == 0:
         wanted = math.ceil(limit * 1.2 / max(share, _FTS_SHARE_MIN)) + 8
         with connection.cursor() as cursor:
@@ -287,9 +342,9 @@ def _fts_ranked(expression: str, workspace_id: int, limit: int) -> list[tuple[in
             # query itself reads the stored row of every match for the sort (~1 ms of 5.8 measured).
             cursor.execute(
                 "SELECT best.id, f.memory_id, f.workspace_id, -best.score FROM (SELECT rowid AS id, bm25(memories_fts) "
-                "AS score FROM memories_fts WHERE memories_fts MATCH %s ORDER BY score, rowid LIMIT %s) best "
+                f"AS score FROM memories_fts WHERE memories_fts MATCH %s{where} ORDER BY score, rowid LIMIT %s) best "
                 "JOIN memories_fts f ON f.rowid = best.id ORDER BY best.score, best.id",
-                [expression, wanted],
+                [expression, *params, wanted],
             )
             rows = cursor.fetchall()
         own = [(rowid, mid, score) for rowid, mid, space, score in rows if space == workspace_id]
@@ -297,11 +352,12 @@ def _fts_ranked(expression: str, workspace_id: int, limit: int) -> list[tuple[in
             _FTS_SHARE[workspace_id] = len(own) / wanted
         if len(own) >= limit or len(rows) < wanted:
             return [(int(rowid), as_uuid(mid), float(score)) for rowid, mid, score in own[:limit]]
+    where, params = _restricted(restriction, "f.")
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT f.rowid, f.memory_id, -bm25(memories_fts) FROM memories_fts f "
-            "WHERE memories_fts MATCH %s AND f.workspace_id = %s ORDER BY bm25(memories_fts), f.rowid LIMIT %s",
-            [expression, workspace_id, limit],
+            f"SELECT f.rowid, f.memory_id, -bm25(memories_fts) FROM memories_fts f WHERE memories_fts MATCH %s{where} "
+            "AND f.workspace_id = %s ORDER BY bm25(memories_fts), f.rowid LIMIT %s",
+            [expression, *params, workspace_id, limit],
         )
         return [(int(rowid), as_uuid(mid), float(score)) for rowid, mid, score in cursor.fetchall()]
 

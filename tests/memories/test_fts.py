@@ -282,7 +282,7 @@ def test_the_list_search_matches_the_words_a_term_begins(workspace: Workspace, u
     assert tsquery_expression(["rabbit", "real-time"], prefix=True) == "rabbit | rabbit:* | (real <-> time)"
 
 
-# -- ranking the rarer terms' matches only (PostgreSQL; SQLite ranks every match) -----------------
+# -- ranking the rarer terms' matches only ---------------------------------------------------------------
 
 
 @pytest.fixture
@@ -290,8 +290,8 @@ def common_and_rare(
     workspace: Workspace, make_memory: Callable[..., Memory], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
     """12 memories say "deploy", 3 of them also "zeppelin"; the rare-term budget is shrunk to fit."""
-    monkeypatch.setattr(selectors, "_PG_RARE_BUDGET_MIN", 4)
-    monkeypatch.setattr(selectors, "_PG_RARE_BUDGET_PER_HIT", 1)
+    monkeypatch.setattr(selectors, "_RARE_BUDGET_MIN", 4)
+    monkeypatch.setattr(selectors, "_RARE_BUDGET_PER_HIT", 1)
     fts_stats.forget()
     rare = {make_memory(f"deploy the zeppelin service, step {i}").id for i in range(3)}
     common = {make_memory(f"deploy step {i} of the release").id for i in range(9)}
@@ -308,6 +308,10 @@ def test_when_the_rare_terms_fill_the_pool_the_best_hits_are_theirs(
     with CaptureQueriesContext(connection) as queries:
         hits = selectors.lexical_search(workspace=workspace, query="deploy zeppelin", limit=2)
     assert len(hits) == 2 and {mid for mid, _ in hits} <= rare
+    if connection.vendor == "sqlite":
+        ranked = [q["sql"] for q in queries.captured_queries if "bm25" in q["sql"]]
+        # Ranked by the whole query, among the rare term's rows only.
+        assert len(ranked) == 1 and 'MATCH \'"deploy" OR "zeppelin"\' AND f.rowid IN (' in ranked[0]
     if connection.vendor == "postgresql":
         ranked = [q["sql"] for q in queries.captured_queries if "ts_rank" in q["sql"]]
         # Ranked by the whole query, matched by the rare term alone, one query.
@@ -315,26 +319,27 @@ def test_when_the_rare_terms_fill_the_pool_the_best_hits_are_theirs(
         assert "@@ to_tsquery('english', 'zeppelin')" in ranked[0]
 
 
-def test_when_every_term_is_common_postgresql_ranks_the_newest_matches(
+def test_when_every_term_is_common_the_newest_matches_are_ranked(
     workspace: Workspace, make_memory: Callable[..., Memory], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from datetime import UTC, datetime, timedelta
 
-    from django.db import connection
-
-    monkeypatch.setattr(selectors, "_PG_RARE_BUDGET_MIN", 3)
-    monkeypatch.setattr(selectors, "_PG_RARE_BUDGET_PER_HIT", 1)
-    monkeypatch.setattr(selectors, "_PG_NEWEST_PER_BUDGET", 2)
+    monkeypatch.setattr(selectors, "_RARE_BUDGET_MIN", 3)
+    monkeypatch.setattr(selectors, "_RARE_BUDGET_PER_HIT", 1)
+    monkeypatch.setattr(selectors, "_NEWEST_PER_BUDGET", 2)
     fts_stats.forget()
     start = datetime(2026, 1, 1, tzinfo=UTC)
     # The oldest say the word three times (the best rank for every engine), the 6 newest once.
     oldest = [make_memory("deploy deploy deploy it", created_at=start + timedelta(days=i)).id for i in range(4)]
     newest = [make_memory(f"deploy step {i}", created_at=start + timedelta(days=10 + i)).id for i in range(6)]
     hits = [mid for mid, _ in selectors.lexical_search(workspace=workspace, query="deploy", limit=2)]
-    if connection.vendor == "postgresql":
-        assert len(hits) == 2 and set(hits) <= set(newest)
-    else:
-        assert set(hits) <= set(oldest)
+    assert len(hits) == 2 and set(hits) <= set(newest)
+    # A term that matches nothing does not make the query look rare.
+    hits = [mid for mid, _ in selectors.lexical_search(workspace=workspace, query="deploy quokka", limit=2)]
+    assert len(hits) == 2 and set(hits) <= set(newest)
+    # Asking for more than the newest matches hold ranks every match.
+    hits = [mid for mid, _ in selectors.lexical_search(workspace=workspace, query="deploy", limit=7)]
+    assert set(oldest) <= set(hits)
 
 
 def test_matches_of_only_common_terms_are_found_when_the_rare_ones_cannot_fill_the_pool(
