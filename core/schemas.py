@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -187,15 +188,15 @@ def _model_in(annotation: Any) -> type[RequestBody] | None:
 # -- field kinds -----------------------------------------------------------------------------------------
 
 
-class Kind:
+class Kind(ABC):
     """Metadata of an ``Annotated`` field: ``check`` runs before pydantic's own type check (and may clean the
     value), ``json_schema`` documents the field."""
 
-    def check(self, value: Any) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def check(self, value: Any) -> Any: ...
 
     def json_schema(self) -> dict[str, Any]:
-        raise NotImplementedError
+        return {}
 
     def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
         return core_schema.no_info_before_validator_function(self.check, handler(source))
