@@ -20,7 +20,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,8 +115,7 @@ def forget() -> None:
     """Drop every kept count (tests that rebuild the index under the same row ids)."""
     with _lock:
         _counts.clear()
-        _pg_terms.clear()
-        _sqlite_terms.clear()
+        _terms.clear()
 
 
 def _still_valid(kept: WorkspaceCounts, database: str, top: int, top_id: str | None, cursor: Any) -> bool:
@@ -196,76 +195,60 @@ def _texts(rowids: Sequence[int]) -> dict[int, str]:
         return {int(rowid): str(content or "") for rowid, content in cursor.fetchall()}
 
 
-# -- PostgreSQL: how many of a workspace's memories each term matches, capped --------------------------
+# -- how many rows each term matches, capped -------------------------------------------------------------
 
-# A term's count is kept for a minute per (database, workspace, term); counts only choose which terms'
+# A term's count is kept for a minute per (database, scope, term, cap); counts only choose which terms'
 # matches are ranked (memories.algorithms.fts.rare_term_subset), so a stale one costs speed, never a
-# match: when the rarer terms return too few rows the whole query runs.
-_PG_TERM_SECONDS = 60.0
-_PG_TERMS_MAX = 50_000
-_pg_terms: dict[tuple[str, int, str, int], tuple[int, float]] = {}
+# match: when the chosen matches return too few rows the whole query runs.
+_TERM_SECONDS = 60.0
+_TERMS_MAX = 50_000
+_terms: dict[tuple[str, int | None, str, int], tuple[int, float]] = {}
 
 
 def pg_term_counts(workspace_id: int, expressions: Sequence[str], *, config: str, cap: int) -> list[int]:
     """PostgreSQL: how many memories of the workspace match each to_tsquery expression, counted up to
-    ``cap`` (a count of ``cap`` means at least that many), in one query for the terms not kept."""
-    database = str(connection.settings_dict.get("NAME"))
-    now = time.monotonic()
-    found: dict[str, int] = {}
-    with _lock:
-        for expression in expressions:
-            kept = _pg_terms.get((database, workspace_id, expression, cap))
-            if kept is not None and now - kept[1] < _PG_TERM_SECONDS:
-                found[expression] = kept[0]
-    missing = [e for e in dict.fromkeys(expressions) if e not in found]
-    if missing:
-        part = (
-            "SELECT %s::int, (SELECT count(*) FROM (SELECT 1 FROM memories_memory WHERE workspace_id = %s "
-            f"AND search_vector @@ to_tsquery({config}, %s) LIMIT %s) t)"
-        )
-        params: list[Any] = []
-        for k, expression in enumerate(missing):
-            params.extend([k, workspace_id, expression, cap])
-        with connection.cursor() as cursor:
-            cursor.execute(" UNION ALL ".join([part] * len(missing)), params)
-            rows = cursor.fetchall()
-        with _lock:
-            if len(_pg_terms) + len(rows) > _PG_TERMS_MAX:
-                _pg_terms.clear()
-            for k, count in rows:
-                found[missing[k]] = int(count)
-                _pg_terms[(database, workspace_id, missing[k], cap)] = (int(count), now)
-    return [found[e] for e in expressions]
-
-
-_sqlite_terms: dict[tuple[str, str, int], tuple[int, float]] = {}
+    ``cap`` (a count of ``cap`` means at least that many)."""
+    part = (
+        "SELECT %s::int, (SELECT count(*) FROM (SELECT 1 FROM memories_memory WHERE workspace_id = %s "
+        f"AND search_vector @@ to_tsquery({config}, %s) LIMIT %s) t)"
+    )
+    return _kept_counts(workspace_id, expressions, cap, part, lambda k, e: [k, workspace_id, e, cap])
 
 
 def sqlite_term_counts(expressions: Sequence[str], *, cap: int) -> list[int]:
     """SQLite: how many rows of the whole full-text index match each FTS5 expression, counted up to ``cap``
-    (a count of ``cap`` means at least that many; a capped count reads at most ``cap`` entries of a doclist),
-    kept for a minute: they only steer which matches a query ranks."""
+    (a capped count reads at most ``cap`` entries of a doclist)."""
+    part = "SELECT %s, (SELECT count(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH %s LIMIT %s))"
+    return _kept_counts(None, expressions, cap, part, lambda k, e: [k, e, cap])
+
+
+def _kept_counts(
+    scope: int | None,
+    expressions: Sequence[str],
+    cap: int,
+    part: str,
+    params_of: Callable[[int, str], list[Any]],
+) -> list[int]:
+    """The kept count of each expression, the ones not kept counted by ``part`` (one SELECT of the index
+    and the count, its parameters from ``params_of``) in one UNION ALL query."""
     database = str(connection.settings_dict.get("NAME"))
     now = time.monotonic()
     found: dict[str, int] = {}
     with _lock:
         for expression in expressions:
-            kept = _sqlite_terms.get((database, expression, cap))
-            if kept is not None and now - kept[1] < _PG_TERM_SECONDS:
+            kept = _terms.get((database, scope, expression, cap))
+            if kept is not None and now - kept[1] < _TERM_SECONDS:
                 found[expression] = kept[0]
     missing = [e for e in dict.fromkeys(expressions) if e not in found]
     if missing:
-        part = "SELECT %s, (SELECT count(*) FROM (SELECT 1 FROM memories_fts WHERE memories_fts MATCH %s LIMIT %s))"
-        params: list[Any] = []
-        for k, expression in enumerate(missing):
-            params.extend([k, expression, cap])
+        params = [p for k, expression in enumerate(missing) for p in params_of(k, expression)]
         with connection.cursor() as cursor:
             cursor.execute(" UNION ALL ".join([part] * len(missing)), params)
             rows = cursor.fetchall()
         with _lock:
-            if len(_sqlite_terms) + len(rows) > _PG_TERMS_MAX:
-                _sqlite_terms.clear()
+            if len(_terms) + len(rows) > _TERMS_MAX:
+                _terms.clear()
             for k, count in rows:
                 found[missing[k]] = int(count)
-                _sqlite_terms[(database, missing[k], cap)] = (int(count), now)
+                _terms[(database, scope, missing[k], cap)] = (int(count), now)
     return [found[e] for e in expressions]
