@@ -13,6 +13,7 @@ import bisect
 import itertools
 import json
 import math
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -266,19 +267,105 @@ def _pg_ranked_rows(
     if statuses:
         status_sql = " AND m.status IN (" + ",".join(["%s"] * len(statuses)) + ")"
         params.extend(statuses)
-    hits = f"SELECT m.id, {vector} AS v FROM memories_memory m WHERE {vector} @@ to_tsquery({config}, %s) "
-    hits += f"AND m.workspace_id = %s{status_sql}"
-    if newest:
-        hits += " ORDER BY m.created_at DESC, m.id LIMIT %s"
-        params.append(newest)
+    hits = f"SELECT m.id, {vector} AS v, m.created_at FROM memories_memory m "
+    hits += f"WHERE {vector} @@ to_tsquery({config}, %s) AND m.workspace_id = %s{status_sql}"
+    rank_sql = f"SELECT h.id, ts_rank(h.v, r, 32) AS score{{count}} FROM ({{hits}}) h, to_tsquery({config}, %s) r "
+    rank_sql += "ORDER BY score DESC, h.id LIMIT %s"
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT h.id, ts_rank(h.v, r, 32) AS score FROM ({hits}) h, to_tsquery({config}, %s) r "
-            "ORDER BY score DESC, h.id LIMIT %s",
-            [*params, rank, limit],
+        if not newest:
+            cursor.execute(rank_sql.format(count="", hits=hits), [*params, rank, limit])
+            return [(as_uuid(r[0]), float(r[1])) for r in cursor.fetchall()]
+        # The window's matches once (MATERIALIZED: the planner would otherwise walk the created_at index
+        # for the LIMIT), the newest of them ranked, and how many the window held.
+        windowed = "WITH w AS MATERIALIZED ({hits}) " + rank_sql.format(
+            count=", (SELECT count(*) FROM w)", hits="SELECT * FROM w ORDER BY created_at DESC, id LIMIT %s"
         )
-        rows = cursor.fetchall()
+        span = _pg_workspace_span(cursor, workspace_id)
+        share = 1.0 if span is None else _NEWEST_MARGIN * newest / _pg_estimated_rows(cursor, hits, params)
+        while True:
+            floor = span.floor(share) if span is not None else None
+            bounded = hits + (" AND m.created_at >= %s" if floor is not None else "")
+            bound = [floor] if floor is not None else []
+            cursor.execute(windowed.format(hits=bounded), [*params, *bound, newest, rank, limit])
+            rows = cursor.fetchall()
+            matched = int(rows[0][2]) if rows else 0
+            if floor is None or matched >= newest:
+                break
+            share *= _pg_window_growth(newest, matched)
     return [(as_uuid(r[0]), float(r[1])) for r in rows]
+
+
+# The newest matches of a query whose every term is common: PostgreSQL has no index that gives a term's
+# matches newest first (SQLite reads the doclist from its end). Walking the (workspace, created_at) index
+# backwards and testing each row's tsvector read 50,911 rows for 1,040 matches at 1M memories (640 ms);
+# instead the newest matches are taken from a window of the workspace's newest rows, bounded by created_at,
+# so that the GIN index's bitmap and the created_at range's are intersected before any row is read (the
+# window ends at the newest row, so once it holds the matches wanted its newest are the newest). It is a
+# share of the workspace's time span: the share that would hold _NEWEST_MARGIN x the matches wanted were the
+# planner's estimate of the query's matches right and the matches spread evenly in time; while it holds
+# fewer, it grows by powers of _NEWEST_WINDOW_STEP (enough for the density just seen, at most
+# _NEWEST_MAX_GROWTH at once) up to the whole span. Each row of the window costs a step of the created_at
+# index (13 ms for 164k rows), each match a read of its row. A window counted in rows instead (the N-th
+# newest row's created_at) visits the heap for each of its rows on a page not all-visible, and the newest
+# rows are the ones updated most: 140 ms for 66k rows.
+_NEWEST_MARGIN = 1.25
+_NEWEST_WINDOW_STEP = 2
+_NEWEST_MAX_GROWTH = 64
+_NEWEST_SPAN_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class _Span:
+    """The created_at range of a workspace's memories."""
+
+    oldest: datetime
+    newest: datetime
+
+    def floor(self, share: float) -> datetime | None:
+        """The lower bound of a window of ``share`` of the span, ending at its newest row; None for the whole."""
+        if share >= 1.0 or self.newest <= self.oldest:
+            return None
+        return self.newest - (self.newest - self.oldest) * share
+
+
+_spans: dict[tuple[str, int], tuple[_Span | None, float]] = {}
+
+
+def _pg_window_growth(wanted: int, matched: int) -> int:
+    """The factor (a power of _NEWEST_WINDOW_STEP, at most _NEWEST_MAX_GROWTH) by which a window that held
+    ``matched`` of ``wanted`` matches grows: enough for _NEWEST_MARGIN x ``wanted`` at the density seen."""
+    growth = _NEWEST_WINDOW_STEP
+    while growth < _NEWEST_MAX_GROWTH and matched * growth < _NEWEST_MARGIN * wanted:
+        growth *= _NEWEST_WINDOW_STEP
+    return growth
+
+
+def _pg_workspace_span(cursor: Any, workspace_id: int) -> _Span | None:
+    """The workspace's span (its oldest and newest created_at: two reads of the ends of its created_at
+    index), kept a minute; None for an empty workspace."""
+    key = (str(connection.settings_dict.get("NAME")), workspace_id)
+    now = time.monotonic()
+    kept = _spans.get(key)
+    if kept is not None and now - kept[1] < _NEWEST_SPAN_SECONDS:
+        return kept[0]
+    cursor.execute(
+        "SELECT min(created_at), max(created_at) FROM memories_memory WHERE workspace_id = %s", [workspace_id]
+    )
+    oldest, newest = cursor.fetchone()
+    span = None if oldest is None else _Span(oldest, newest)
+    if len(_spans) > 4096:
+        _spans.clear()
+    _spans[key] = (span, now)
+    return span
+
+
+def _pg_estimated_rows(cursor: Any, sql: str, params: list[Any]) -> int:
+    """How many rows the planner expects ``sql`` to return (at least 1): an EXPLAIN, which plans the query
+    without running it (a tsvector column's statistics estimate a query's matches within tens of percent)."""
+    cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+    plan = cursor.fetchone()[0]
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    return max(1, int(plan[0]["Plan"]["Plan Rows"]))
 
 
 def _fts_ranked_with_status(

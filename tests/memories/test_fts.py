@@ -327,6 +327,11 @@ def test_when_every_term_is_common_the_newest_matches_are_ranked(
     monkeypatch.setattr(selectors, "_RARE_BUDGET_MIN", 3)
     monkeypatch.setattr(selectors, "_RARE_BUDGET_PER_HIT", 1)
     monkeypatch.setattr(selectors, "_NEWEST_PER_BUDGET", 2)
+    # PostgreSQL takes the newest matches among the newest rows: a window of the workspace's time span that
+    # would hold the matches wanted were they spread evenly (the planner's estimate of the matches made exact).
+    monkeypatch.setattr(selectors, "_NEWEST_MARGIN", 1.0)
+    monkeypatch.setattr(selectors, "_pg_estimated_rows", lambda cursor, sql, params: 10)
+    monkeypatch.setattr(selectors, "_spans", {})
     fts_stats.forget()
     start = datetime(2026, 1, 1, tzinfo=UTC)
     # The oldest say the word three times (the best rank for every engine), the 6 newest once.
@@ -358,3 +363,68 @@ def test_rare_matches_filtered_out_by_status_fall_back_to_every_match(
     Memory.objects.filter(id__in=archived).update(status="archived")
     hits = [mid for mid, _ in selectors.lexical_search(workspace=workspace, query="deploy zeppelin", limit=2)]
     assert hits[0] == (rare - set(archived)).pop() and hits[1] in common
+
+
+def test_the_planner_estimates_a_query_s_rows(workspace: Workspace, make_memory: Callable[..., Memory]) -> None:
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's planner")
+    for i in range(30):
+        make_memory(f"note {i}")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE memories_memory")
+        sql = "SELECT 1 FROM memories_memory WHERE workspace_id = %s"
+        assert selectors._pg_estimated_rows(cursor, sql, [workspace.pk]) == 30
+        assert selectors._pg_estimated_rows(cursor, sql, [-1]) == 1
+
+
+def test_an_empty_workspace_has_no_span(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's window over the newest rows")
+    monkeypatch.setattr(selectors, "_spans", {})
+    with connection.cursor() as cursor:
+        assert selectors._pg_workspace_span(cursor, workspace.pk) is None
+    assert selectors._pg_ranked_rows(workspace.pk, "'english'", "deploy", "deploy", 10, None, newest=2) == []
+
+
+@pytest.mark.parametrize(("matched", "growth"), [(0, 64), (1, 64), (100, 16), (300, 4), (600, 2), (5_000, 2)])
+def test_a_newest_window_grows_enough_for_the_density_seen(matched: int, growth: int) -> None:
+    assert selectors._pg_window_growth(800, matched) == growth
+
+
+def test_the_newest_window_widens_until_it_holds_the_matches_wanted(
+    workspace: Workspace, make_memory: Callable[..., Memory], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's window over the newest rows")
+    monkeypatch.setattr(selectors, "_spans", {})
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    # One match in every 10 rows, an hour apart, the newest row first: 5 matches among 50 rows.
+    texts = ["deploy it" if i % 10 == 0 else f"note {i}" for i in range(50)]
+    made = [make_memory(text, created_at=start - timedelta(hours=i)) for i, text in enumerate(texts)]
+    with connection.cursor() as cursor:
+        span = selectors._pg_workspace_span(cursor, workspace.pk)
+    assert span == selectors._Span(start - timedelta(hours=49), start)
+    # The planner expects 50 matches (10x too many): the first window is too small.
+    monkeypatch.setattr(selectors, "_NEWEST_MARGIN", 1.0)
+    monkeypatch.setattr(selectors, "_pg_estimated_rows", lambda cursor, sql, params: 50)
+    rows = selectors._pg_ranked_rows(workspace.pk, "'english'", "deploy", "deploy", 10, None, newest=2)
+    # 2 of 50 expected matches: a window of 4% of the span (1.96 h) holds one match, and so do the windows
+    # twice as long (3.92 h, 7.84 h); 15.68 h hold two, the two newest.
+    assert {mid for mid, _ in rows} == {made[i].id for i in (0, 10)}
+    # A window too small by far grows faster: one match of 3 x 1.25 wanted asks for 4x (1.96 h, 7.84 h,
+    # 31.36 h), and the last holds four, of which the three newest are ranked.
+    monkeypatch.setattr(selectors, "_NEWEST_MARGIN", 1.25)
+    monkeypatch.setattr(selectors, "_pg_estimated_rows", lambda cursor, sql, params: 95)
+    rows = selectors._pg_ranked_rows(workspace.pk, "'english'", "deploy", "deploy", 10, None, newest=3)
+    assert {mid for mid, _ in rows} == {made[i].id for i in (0, 10, 20)}
+    rows = selectors._pg_ranked_rows(workspace.pk, "'english'", "deploy", "deploy", 10, None, newest=1)
+    # The first window (1 row, the newest) holds the one match wanted.
+    assert [mid for mid, _ in rows] == [made[0].id]
