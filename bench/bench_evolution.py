@@ -39,7 +39,14 @@ from typing import Any
 
 from _setup import BENCH_DIR, ROOT, add_database_argument, bench_database, django_setup
 
-TARGET_SECONDS = 15.0
+TARGET_SECONDS = 15.0  # at 100k memories (and fewer)
+TARGET_SECONDS_1M = 60.0  # beyond 100k: an applied cycle of a 1M-memory workspace
+
+
+def target_seconds(memories: int) -> float:
+    return TARGET_SECONDS if memories <= 100_000 else TARGET_SECONDS_1M
+
+
 TARGET_RATIO = 20.0
 ENHANCED = [
     "EnhancedWorkingToEpisodic",
@@ -641,7 +648,7 @@ def main() -> None:
     print()
     print(
         f"full enhanced cycle, {args.memories:,} memories, applied: {wall:.2f} s wall "
-        f"(target <= {TARGET_SECONDS:g} s), "
+        f"(target <= {target_seconds(args.memories):g} s), "
         f"{cpu:.2f} s CPU in this process; load average {load:.1f} on {os.cpu_count()} CPUs when it started"
     )
     print(
@@ -655,8 +662,9 @@ def main() -> None:
         "the CPU ratio is the steadier one)"
     )
     verdict = {True: "met", False: "missed"}
+    target = target_seconds(args.memories)
     print(
-        f"targets: wall time {verdict[wall <= TARGET_SECONDS]} (run) / {verdict[wall + checkpoint <= TARGET_SECONDS]} "
+        f"targets: wall time {verdict[wall <= target]} (run) / {verdict[wall + checkpoint <= target]} "
         f"(with its last checkpoint), speed-up {verdict[ratio >= TARGET_RATIO]} "
         f"(wall) / {verdict[cpu_ratio >= TARGET_RATIO]} (CPU); records {run.summary['counts']['records']}, "
         f"failed evolvers {run.summary['counts']['failed']}"
