@@ -555,6 +555,36 @@ def test_preview_lists_counts_and_before_after_then_apply_then_revert(
     assert re.search(r'id="run-revert-done">in 1 transaction, the longest [0-9.]+ ms<', reverted)
 
 
+def test_a_large_run_reverts_in_the_background_and_its_page_follows_the_revert(
+    browser: Client, workspace: Workspace, make_memory: Callable[..., Memory], settings: Any
+) -> None:
+    old = archived_candidates(make_memory)
+    run = services.evolution_run(workspace=workspace, actor=None, evolvers=["ExponentialDecay"], dry_run=False)
+    records = EvolutionRecord.objects.filter(run=run).count()
+    settings.EVOLUTION_REVERT_INLINE_RECORDS = 0
+    settings.EVOLUTION_WORKER = "external"
+    response = browser.post(f"{BASE}/runs/{run.id}/revert/")
+    assert response["Location"] == f"{BASE}/runs/{run.id}/"
+    html = html_of(browser.get(response["Location"]))
+    assert f"Reverting the run in the background: {records} record{'' if records == 1 else 's'}, newest first." in html
+    assert "Revert queued: waiting for a worker" in html
+    # The page follows the revert as it follows a run, and offers no second revert meanwhile.
+    assert f'ws-connect="/ws/workspaces/acme/evolution/runs/{run.id}/"' in html
+    assert f'hx-get="{BASE}/runs/{run.id}/progress/"' in html
+    assert 'id="run-revert"' not in html and "Revert this record" not in html
+    assert Memory.objects.filter(id__in=[m.id for m in old], status=Status.ARCHIVED).count() == 2
+
+    claimed = jobs.claim_revert(run.id, "w1")
+    assert claimed is not None
+    partial = html_of(browser.get(f"{BASE}/runs/{run.id}/progress/", **hx("run-body")))
+    assert f"Reverting in the background: 0 of {records} records undone" in partial
+    jobs.work_revert(claimed)
+    done = html_of(browser.get(f"{BASE}/runs/{run.id}/"))
+    assert ">reverted<" in done and "Reverting in the background" not in done
+    assert "hx-get=" not in done.split('<section id="run-body"')[1].split(">")[0]
+    assert Memory.objects.filter(id__in=[m.id for m in old], status=Status.ACTIVE).count() == 2
+
+
 def test_one_record_of_a_run_reverts_alone(
     browser: Client, workspace: Workspace, make_memory: Callable[..., Memory]
 ) -> None:
