@@ -731,6 +731,40 @@ async def test_the_socket_pushes_the_run_body_to_members_only(
     await sync_to_async(connections.close_all)()
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_the_socket_follows_a_background_revert_to_its_end(
+    in_memory_layer: None, workspace: Workspace, user: Any, make_memory: Callable[..., Memory], settings: Any
+) -> None:
+    """The worker's revert announces its progress as a run does: the page's socket pushes the body until the
+    run shows reverted."""
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    settings.EVOLUTION_REVERT_INLINE_RECORDS = 0
+    settings.EVOLUTION_WORKER = "external"
+
+    def queued_revert() -> EvolutionRun:
+        archived_candidates(make_memory)
+        run = services.evolution_run(workspace=workspace, actor=user, evolvers=["ExponentialDecay"], dry_run=False)
+        assert services.run_revert_request(workspace=workspace, run=run, actor=user).queued
+        return run
+
+    run = await sync_to_async(queued_revert)()
+    communicator = _communicator(user, run.id)
+    connected, _ = await communicator.connect()
+    assert connected
+    first = await communicator.receive_from(timeout=30)
+    assert "Revert queued: waiting for a worker" in first
+    assert await sync_to_async(jobs.work_available)("w1") == 1
+    pushed = [await communicator.receive_from(timeout=30)]
+    while ">reverted<" not in pushed[-1] and len(pushed) < 5:
+        pushed.append(await communicator.receive_from(timeout=30))
+    assert ">reverted<" in pushed[-1] and "Revert queued" not in pushed[-1]
+    await communicator.disconnect()
+    await sync_to_async(connections.close_all)()
+
+
 # -- engine ---------------------------------------------------------------------------------------
 
 
