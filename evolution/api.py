@@ -155,10 +155,38 @@ class RecordRevertOut(serializers.Serializer[Any]):
 
 
 class RunRevertOut(serializers.Serializer[Any]):
+    """A run reverted before the answer (200): the records it undid and the revert records it wrote."""
+
     run_id = serializers.CharField()
     status = serializers.CharField()
     reverted_records = serializers.ListField(child=serializers.IntegerField())
     revert_records = serializers.ListField(child=serializers.IntegerField())
+
+
+class RevertProgressOut(serializers.Serializer[Any]):
+    """How far a run's revert has come: its summary's ``revert`` entry."""
+
+    state = serializers.ChoiceField(
+        choices=["queued", "reverting", "reverted", "stopped"],
+        help_text="queued: waiting for a worker; reverting; reverted: every record undone; stopped: see error",
+    )
+    records = serializers.IntegerField(help_text="records to undo when it began")
+    reverted = serializers.IntegerField(help_text="records undone so far")
+    transactions = serializers.IntegerField()
+    longest_transaction_ms = serializers.FloatField(required=False)
+    requested_by = serializers.IntegerField(allow_null=True, help_text="the user id who asked for the revert")
+    requested_at = serializers.CharField(help_text="ISO 8601 time")
+    heartbeat = serializers.CharField(help_text="ISO 8601 time of its last progress")
+    error = serializers.CharField(required=False, help_text="why it stopped")
+
+
+class RunRevertQueuedOut(serializers.Serializer[Any]):
+    """A run whose revert was queued for a background worker (202): follow ``summary.revert`` with GET of the
+    run (or the workspace socket) until its state is reverted or stopped."""
+
+    run_id = serializers.CharField()
+    status = serializers.CharField(help_text="the run's status; reverted once the worker has undone every record")
+    revert = RevertProgressOut()
 
 
 class EvolutionRunListCreateApi(APIView):
@@ -209,11 +237,29 @@ class EvolutionRunCancelApi(APIView):
 
 
 class EvolutionRunRevertApi(APIView):
-    @extend_schema(request=None, responses={200: RunRevertOut, **ERRORS}, operation_id="evolution_run_revert")
+    @extend_schema(
+        request=None,
+        responses={200: RunRevertOut, 202: RunRevertQueuedOut, **ERRORS},
+        operation_id="evolution_run_revert",
+    )
     def post(self, request: Request, ws: str, run_id: str) -> Response:
+        """Undo every record of an applied run not reverted yet, newest first, all or nothing. A run with few
+        such records (``EVOLUTION_REVERT_INLINE_RECORDS``, 50) is reverted before the answer (200); a larger one
+        is checked, then queued for a background worker (202 with its progress). Either way a revert that would
+        be refused is 409 with nothing changed or queued."""
         access = memory_selectors.workspace_access(user=request.user, slug=ws, require="edit")
         run = selectors.run_get(workspace=access.workspace, run_id=run_id)
-        reverts = services.run_revert(workspace=access.workspace, run=run, actor=request.user)
+        answer = services.run_revert_request(workspace=access.workspace, run=run, actor=request.user)
+        if answer.queued:
+            return Response(
+                {
+                    "run_id": str(run.id),
+                    "status": answer.run.status,
+                    "revert": answer.run.summary.get(jobs.REVERT_SUMMARY, {}),
+                },
+                status=status.HTTP_202_ACCEPTED,
+            )
+        reverts = answer.reverts
         return Response(
             {
                 "run_id": str(run.id),

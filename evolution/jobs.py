@@ -16,6 +16,12 @@ died and is taken over. The taken-over run resumes after the last evolver whose 
 (the run summary commits with that evolver's writes, see evolution.runner), so nothing is applied twice
 and nothing is lost; the worker it was taken from stops before its next evolver. Cancelling a queued run
 ends it at once; a running one stops before its next write transaction (what committed stays, revertible).
+
+The revert of a large applied run is a job too (evolution.services.run_revert_request): the request checks
+it and marks it ``queued`` (``revert_state``, and ``summary["revert"]``), and a worker claims it as it
+claims a run (`claim_revert`, one conditional UPDATE) and undoes the records as the person who asked
+(`work_revert`). A revert whose worker (or request) stopped saying it is alive for a lease is taken over
+the same way; the undo of each record is whole, so the taker goes on with the records still to undo.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from django.utils import timezone
 from core.errors import Conflict, InvalidInput
 from evolution import runner
 from evolution.evolvers import resolve_names
-from evolution.models import OPEN_STATUSES, EvolutionRun, RunStatus
+from evolution.models import OPEN_STATUSES, EvolutionRun, RevertState, RunStatus
 from history import audit
 from memories import live
 from memories.models import Workspace
@@ -150,20 +156,20 @@ def schedule_due(now: datetime | None = None) -> list[EvolutionRun]:
 
 
 REVERT_SUMMARY: Final = "revert"
-"""Key of a run's summary while and after it is reverted: state (reverting, reverted, stopped), records,
-reverted, transactions, longest_transaction_ms, heartbeat (ISO time, refreshed by every transaction)."""
+"""Key of a run's summary while and after it is reverted: state (queued, reverting, reverted, stopped; the
+run's ``revert_state`` column holds the same), records, reverted, transactions, longest_transaction_ms,
+requested_by (the user id who asked), requested_at, error (when stopped), heartbeat (ISO time, refreshed by
+every transaction; the run's ``heartbeat_at`` is refreshed with it, and by a worker's heartbeat thread)."""
 
 
 def reverting_run(workspace: Workspace) -> EvolutionRun | None:
-    """The run of ``workspace`` whose revert is under way: its state says reverting and its last transaction
-    is younger than the lease (an older one belongs to a process that died; reverting again takes over).
-    Wall-clock time, as the heartbeat is (a scheduler's injected clock does not move it)."""
-    now = timezone.now()
-    for run in EvolutionRun.objects.filter(workspace=workspace, **{f"summary__{REVERT_SUMMARY}__state": "reverting"}):
-        heartbeat = run.summary.get(REVERT_SUMMARY, {}).get("heartbeat")
-        if isinstance(heartbeat, str) and now - datetime.fromisoformat(heartbeat) < lease():
-            return run
-    return None
+    """The run of ``workspace`` whose revert is under way: queued for a worker, or reverting with a heartbeat
+    younger than the lease (an older one belongs to a process that died: a worker, or reverting again, takes
+    it over). Wall-clock time, as the heartbeat is (a scheduler's injected clock does not move it)."""
+    alive = Q(revert_state=RevertState.QUEUED) | Q(
+        revert_state=RevertState.REVERTING, heartbeat_at__gte=timezone.now() - lease()
+    )
+    return EvolutionRun.objects.filter(alive, workspace=workspace).order_by("heartbeat_at").first()
 
 
 def run_enqueue(
@@ -257,13 +263,46 @@ def claim(run_id: uuid.UUID | None, worker: str, now: datetime | None = None) ->
     return None
 
 
+def claim_revert(run_id: uuid.UUID | None, worker: str, now: datetime | None = None) -> EvolutionRun | None:
+    """Take one run's revert for ``worker``, as `claim` takes a run: ``run_id``'s if given, else the revert
+    queued first, else one whose worker (or request) has not said it is alive for a lease. One conditional
+    UPDATE whose row count says who won, so exactly one worker takes it; None when there is nothing to take."""
+    now = now or timezone.now()
+    abandoned = Q(revert_state=RevertState.REVERTING, heartbeat_at__lt=now - lease())
+    claimable = Q(revert_state=RevertState.QUEUED) | abandoned
+    candidates = EvolutionRun.objects.filter(claimable)
+    if run_id is not None:
+        candidates = candidates.filter(pk=run_id)
+    for pk in candidates.order_by("heartbeat_at").values_list("pk", flat=True)[:8]:
+        won = EvolutionRun.objects.filter(claimable, pk=pk).update(
+            revert_state=RevertState.REVERTING, worker=worker, heartbeat_at=now
+        )
+        if won:
+            return EvolutionRun.objects.select_related("workspace").get(pk=pk)
+    return None
+
+
+def revert_queued(run: EvolutionRun) -> None:
+    """A revert of ``run`` was queued (and committed): wake this process's worker thread, or in inline mode
+    work the revert here before the caller answers; external workers find it at their next look."""
+    mode = worker_mode()
+    if mode == "inline":
+        claimed = claim_revert(run.pk, worker_name())
+        if claimed is not None:
+            work_revert(claimed)
+    elif mode == "thread":
+        transaction.on_commit(_thread_worker.wake)
+
+
 class _Heartbeat:
     """Refreshes a run's heartbeat every quarter lease on its own thread and connection while an evolver
-    works, so a long evolver is not mistaken for a dead worker; only while this worker still holds it."""
+    (or a revert: ``working`` says which) works, so a long one is not mistaken for a dead worker; only while
+    this worker still holds it."""
 
-    def __init__(self, run: EvolutionRun) -> None:
+    def __init__(self, run: EvolutionRun, working: Q | None = None) -> None:
         self.run_id = run.pk
         self.worker = run.worker
+        self.working = Q(status=RunStatus.RUNNING) if working is None else working
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"run-heartbeat-{run.pk}", daemon=True)
 
@@ -279,7 +318,7 @@ class _Heartbeat:
         every = max(lease().total_seconds() / 4, 0.05)
         try:
             while not self._stop.wait(every):
-                EvolutionRun.objects.filter(pk=self.run_id, worker=self.worker, status=RunStatus.RUNNING).update(
+                EvolutionRun.objects.filter(self.working, pk=self.run_id, worker=self.worker).update(
                     heartbeat_at=timezone.now()
                 )
         except Exception:
@@ -303,6 +342,26 @@ def work(run: EvolutionRun) -> EvolutionRun:
         run.save(update_fields=["summary"])
         _announce(run)
         return run
+
+
+def work_revert(run: EvolutionRun) -> EvolutionRun:
+    """Work a claimed revert to its end: every record still to undo undone (the run ``reverted``), or stopped
+    with the reason in its summary's revert entry (a refusal, an error); a revert taken over meanwhile by
+    another worker is left to it. Returns the run as it is then."""
+    # Imported here: the revert service marks and checks reverts through this module.
+    from evolution import services
+
+    try:
+        with _Heartbeat(run, Q(revert_state=RevertState.REVERTING)), runner.worker_lock_wait():
+            services.run_revert_claimed(run)
+    except services.RevertTakenOver as exc:
+        log.warning("revert of run %s stopped: %s", run.pk, exc)
+    except Conflict as exc:
+        log.info("revert of run %s stopped: %s", run.pk, exc.detail)
+    except Exception:
+        log.exception("revert of run %s failed; it stopped", run.pk)
+    run.refresh_from_db()
+    return run
 
 
 def lower_priority(increment: int | None = None) -> int:
@@ -343,10 +402,11 @@ def worker_loop(
     on_done: Callable[[EvolutionRun, float], None] | None = None,
 ) -> None:
     """One worker's loop, until `stop` is set: let the scheduler tick (it works the due scheduled jobs at
-    most every SCHEDULER_CHECK_SECONDS), claim and work one queued run, or wait `poll` seconds (``idle``,
-    default ``stop.wait``) when there is none. ``active`` False skips a turn (the thread worker of a process
-    whose EVOLUTION_WORKER changed); ``on_done`` hears of every run worked and its seconds. An error is
-    logged and the loop goes on; each turn ends by closing this thread's database connections.
+    most every SCHEDULER_CHECK_SECONDS), claim and work one queued revert or else one queued run (a revert
+    first: someone asked to undo a change and waits), or wait `poll` seconds (``idle``, default ``stop.wait``)
+    when there is none. ``active`` False skips a turn (the thread worker of a process whose EVOLUTION_WORKER
+    changed); ``on_done`` hears of every run or revert worked and its seconds. An error is logged and the loop
+    goes on; each turn ends by closing this thread's database connections.
 
     The loop of the embedded worker thread and of every ``run_workers`` thread.
     """
@@ -360,12 +420,13 @@ def worker_loop(
             close_old_connections()
             if scheduler is not None:
                 scheduler.maybe_tick()
-            run = claim(None, name, now())
-            if run is None:
+            job = _claim_next(name, now())
+            if job is None:
                 wait(poll)
                 continue
+            run, work_it = job
             started = time.monotonic()
-            done = work(run)
+            done = work_it(run)
             if on_done is not None:
                 on_done(done, time.monotonic() - started)
         except Exception:
@@ -374,6 +435,15 @@ def worker_loop(
         finally:
             # The thread's own connection: nobody else closes it.
             connections.close_all()
+
+
+def _claim_next(worker: str, now: datetime) -> tuple[EvolutionRun, Callable[[EvolutionRun], EvolutionRun]] | None:
+    """The next job for ``worker`` and how to work it: a queued (or abandoned) revert, else a queued run."""
+    revert = claim_revert(None, worker, now)
+    if revert is not None:
+        return revert, work_revert
+    run = claim(None, worker, now)
+    return (run, work) if run is not None else None
 
 
 def scheduler_enabled() -> bool:
@@ -392,13 +462,15 @@ def new_scheduler(name: str) -> Ticks | None:
 
 
 def work_available(worker: str, *, limit: int | None = None) -> int:
-    """Claim and work runs until none is left (or ``limit`` were worked); returns how many were worked."""
+    """Claim and work reverts and runs until none is left (or ``limit`` were worked); returns how many were
+    worked."""
     done = 0
     while limit is None or done < limit:
-        run = claim(None, worker)
-        if run is None:
+        job = _claim_next(worker, timezone.now())
+        if job is None:
             break
-        work(run)
+        run, work_it = job
+        work_it(run)
         done += 1
     return done
 

@@ -25,6 +25,21 @@ class RunStatus(models.TextChoices):
 OPEN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
 
 
+class RevertState(models.TextChoices):
+    """How far a run's revert came (the ``state`` of ``summary["revert"]``, kept in a column as well so that
+    workers find the queued ones, and the workspace its revert under way, by an index)."""
+
+    NONE = ""
+    QUEUED = "queued"
+    REVERTING = "reverting"
+    REVERTED = "reverted"
+    STOPPED = "stopped"
+
+
+# A revert that is not over: waiting for a worker, or being worked (by a worker or by the request that asked).
+OPEN_REVERT_STATES = (RevertState.QUEUED, RevertState.REVERTING)
+
+
 class EvolutionRun(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # run_ws_started leads with workspace.
@@ -39,10 +54,13 @@ class EvolutionRun(models.Model):
     summary = models.JSONField(default=dict, blank=True)
     # {"evolver": name, "done": i, "total": n} while running; read by the progress page and socket.
     progress = models.JSONField(default=dict, blank=True)
-    # The worker working the run and when it last said so: a run whose heartbeat is older than the
-    # worker's lease is taken over by another worker (evolution.jobs).
+    # The worker working the run (and later its revert) and when it last said so: a run or revert whose
+    # heartbeat is older than the worker's lease is taken over by another worker (evolution.jobs).
     worker = models.CharField(max_length=200, blank=True, default="")
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # summary["revert"]["state"] as a column: a worker claims a queued revert by a conditional UPDATE of it,
+    # as it claims a queued run by its status (evolution.jobs.claim_revert).
+    revert_state = models.CharField(max_length=10, choices=RevertState.choices, blank=True, default="")
     cancel_requested = models.BooleanField(default=False)
     # Queued by the workspace's schedule (evolution.jobs.schedule_due), not by a person or a command.
     scheduled = models.BooleanField(default=False)
@@ -51,6 +69,8 @@ class EvolutionRun(models.Model):
         indexes: ClassVar = [
             models.Index(fields=["workspace", "started_at"], name="run_ws_started"),
             models.Index(fields=["status", "started_at"], name="run_status_started"),
+            # The workers' look for queued and abandoned reverts; nearly every run's state is "" or reverted.
+            models.Index(fields=["revert_state", "heartbeat_at"], name="run_revert_state"),
         ]
 
     def __str__(self) -> str:

@@ -59,6 +59,7 @@ from evolution.forms import (
     modify_form,
 )
 from evolution.models import (
+    OPEN_REVERT_STATES,
     OPEN_STATUSES,
     DreamReport,
     EvolutionRun,
@@ -681,10 +682,17 @@ def run_context(access: WorkspaceAccess, run: EvolutionRun, *, after: int = 0) -
     total = int(progress.get("total") or len(run.evolvers) or 1)
     done = int(progress.get("done") or 0)
     finished = run.status not in OPEN_STATUSES
+    undo = (run.summary or {}).get(jobs.REVERT_SUMMARY) or {}
+    reverting = finished and run.revert_state in OPEN_REVERT_STATES
     return {
         "access": access,
         "run": run,
         "finished": finished,
+        # The page follows the run while it works, then its revert while that is queued or under way.
+        "live": not finished or reverting,
+        "reverting": reverting,
+        "undo": undo,
+        "undo_percent": round(100 * int(undo.get("reverted") or 0) / int(undo.get("records") or 1)),
         "progress_done": done,
         "progress_total": total,
         "progress_percent": round(100 * done / total) if total else 100,
@@ -695,7 +703,7 @@ def run_context(access: WorkspaceAccess, run: EvolutionRun, *, after: int = 0) -
         "after": after,
         "next_after": next_after,
         "revertible_left": page_selectors.revertible_left(run=run)
-        if finished and not run.dry_run and run.status != RunStatus.REVERTED
+        if finished and not reverting and not run.dry_run and run.status != RunStatus.REVERTED
         else 0,
         "run_url": _url("run", access.workspace.slug, run_id=run.id),
         "progress_url": _url("run-progress", access.workspace.slug, run_id=run.id),
@@ -869,14 +877,24 @@ def run_cancel(request: HttpRequest, ws: str, run_id: uuid.UUID) -> HttpResponse
 @require_POST
 @domain_errors
 def run_revert(request: HttpRequest, ws: str, run_id: uuid.UUID) -> HttpResponse:
+    """Revert the run: at once when few records are left to undo, else in the background (the run page then
+    follows the revert's progress as it follows a run's)."""
     access = _edit(request, ws)
     run = _run(access, run_id)
     try:
-        reverts = services.run_revert(workspace=access.workspace, run=run, actor=request.user)
+        answer = services.run_revert_request(workspace=access.workspace, run=run, actor=request.user)
     except Conflict as exc:
         messages.error(request, f"Not reverted: {exc.detail}")
     else:
-        messages.success(request, f"Reverted the run: {len(reverts)} records undone.")
+        if answer.queued:
+            records = int((answer.run.summary.get(jobs.REVERT_SUMMARY) or {}).get("records") or 0)
+            messages.success(
+                request,
+                f"Reverting the run in the background: {records} record{'' if records == 1 else 's'}, newest first. "
+                "This page shows how far it has come.",
+            )
+        else:
+            messages.success(request, f"Reverted the run: {len(answer.reverts)} records undone.")
     return redirect(safe_next(request, _url("run", ws, run_id=run.id)))
 
 

@@ -214,6 +214,9 @@ DECAY_SWEEP_SECONDS = config.env_int("DECAY_SWEEP_SECONDS", 3600, minimum=1)
 # An evolution run commits its writes in transactions of at most about this long (evolution.runner), so
 # requests of every workspace get the database between them.
 EVOLUTION_TRANSACTION_MS = config.env_int("EVOLUTION_TRANSACTION_MS", 100, minimum=0)
+# A run's revert with at most this many records still to undo is done in the request that asks (answered 200 once
+# done); a larger one is checked, then queued for a worker (202), so no request works for seconds (evolution.services).
+EVOLUTION_REVERT_INLINE_RECORDS = config.env_int("EVOLUTION_REVERT_INLINE_RECORDS", 50, minimum=0)
 # How long an evolution run's connection waits for the database (requests wait DATABASE_LOCK_TIMEOUT_SECONDS,
 # read in config.database_from_env).
 EVOLUTION_LOCK_TIMEOUT_SECONDS = config.env_float("EVOLUTION_LOCK_TIMEOUT_SECONDS", 60.0, minimum=0.05)

@@ -291,8 +291,11 @@ def test_while_a_run_is_reverted_no_applied_run_is_queued_nor_a_second_revert_st
 
     busy_workspace(kit)
     run = kit.run()
-    run.summary = {**run.summary, "revert": {"state": "reverting", "heartbeat": timezone.now().isoformat()}}
-    run.save(update_fields=["summary"])
+    # A revert under way in another process: its state and heartbeat, in the summary and in the run's columns.
+    beat = timezone.now()
+    run.summary = {**run.summary, "revert": {"state": "reverting", "heartbeat": beat.isoformat()}}
+    run.revert_state, run.heartbeat_at, run.worker = "reverting", beat, "elsewhere"
+    run.save(update_fields=["summary", "revert_state", "heartbeat_at", "worker"])
     with pytest.raises(Conflict) as queued:
         jobs.run_enqueue(workspace=kit.workspace, actor=kit.user, evolvers=None, dry_run=False)
     assert queued.value.code == "run_in_progress" and "being reverted" in queued.value.detail
@@ -302,9 +305,10 @@ def test_while_a_run_is_reverted_no_applied_run_is_queued_nor_a_second_revert_st
     assert not EvolutionRecord.objects.filter(run=run, reverted_at__isnull=False).exists()
     # A dry run changes nothing and may start; a revert that stopped answering for a lease is taken over.
     jobs.run_enqueue(workspace=kit.workspace, actor=kit.user, evolvers=None, dry_run=True)
-    stale = (timezone.now() - jobs.lease() - timedelta(seconds=1)).isoformat()
-    run.summary = {**run.summary, "revert": {"state": "reverting", "heartbeat": stale}}
-    run.save(update_fields=["summary"])
+    stale = timezone.now() - jobs.lease() - timedelta(seconds=1)
+    run.summary = {**run.summary, "revert": {"state": "reverting", "heartbeat": stale.isoformat()}}
+    run.heartbeat_at = stale
+    run.save(update_fields=["summary", "heartbeat_at"])
     services.run_revert(workspace=kit.workspace, run=run, actor=kit.user)
     run.refresh_from_db()
     assert run.status == RunStatus.REVERTED

@@ -555,6 +555,36 @@ def test_preview_lists_counts_and_before_after_then_apply_then_revert(
     assert re.search(r'id="run-revert-done">in 1 transaction, the longest [0-9.]+ ms<', reverted)
 
 
+def test_a_large_run_reverts_in_the_background_and_its_page_follows_the_revert(
+    browser: Client, workspace: Workspace, make_memory: Callable[..., Memory], settings: Any
+) -> None:
+    old = archived_candidates(make_memory)
+    run = services.evolution_run(workspace=workspace, actor=None, evolvers=["ExponentialDecay"], dry_run=False)
+    records = EvolutionRecord.objects.filter(run=run).count()
+    settings.EVOLUTION_REVERT_INLINE_RECORDS = 0
+    settings.EVOLUTION_WORKER = "external"
+    response = browser.post(f"{BASE}/runs/{run.id}/revert/")
+    assert response["Location"] == f"{BASE}/runs/{run.id}/"
+    html = html_of(browser.get(response["Location"]))
+    assert f"Reverting the run in the background: {records} record{'' if records == 1 else 's'}, newest first." in html
+    assert "Revert queued: waiting for a worker" in html
+    # The page follows the revert as it follows a run, and offers no second revert meanwhile.
+    assert f'ws-connect="/ws/workspaces/acme/evolution/runs/{run.id}/"' in html
+    assert f'hx-get="{BASE}/runs/{run.id}/progress/"' in html
+    assert 'id="run-revert"' not in html and "Revert this record" not in html
+    assert Memory.objects.filter(id__in=[m.id for m in old], status=Status.ARCHIVED).count() == 2
+
+    claimed = jobs.claim_revert(run.id, "w1")
+    assert claimed is not None
+    partial = html_of(browser.get(f"{BASE}/runs/{run.id}/progress/", **hx("run-body")))
+    assert f"Reverting in the background: 0 of {records} records undone" in partial
+    jobs.work_revert(claimed)
+    done = html_of(browser.get(f"{BASE}/runs/{run.id}/"))
+    assert ">reverted<" in done and "Reverting in the background" not in done
+    assert "hx-get=" not in done.split('<section id="run-body"')[1].split(">")[0]
+    assert Memory.objects.filter(id__in=[m.id for m in old], status=Status.ACTIVE).count() == 2
+
+
 def test_one_record_of_a_run_reverts_alone(
     browser: Client, workspace: Workspace, make_memory: Callable[..., Memory]
 ) -> None:
@@ -698,6 +728,40 @@ async def test_the_socket_pushes_the_run_body_to_members_only(
     assert await communicator.receive_nothing(timeout=0.3)
     await communicator.disconnect()
     # The consumer's ORM calls ran in asgiref's thread: close its connection so the test database can be dropped.
+    await sync_to_async(connections.close_all)()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_the_socket_follows_a_background_revert_to_its_end(
+    in_memory_layer: None, workspace: Workspace, user: Any, make_memory: Callable[..., Memory], settings: Any
+) -> None:
+    """The worker's revert announces its progress as a run does: the page's socket pushes the body until the
+    run shows reverted."""
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    settings.EVOLUTION_REVERT_INLINE_RECORDS = 0
+    settings.EVOLUTION_WORKER = "external"
+
+    def queued_revert() -> EvolutionRun:
+        archived_candidates(make_memory)
+        run = services.evolution_run(workspace=workspace, actor=user, evolvers=["ExponentialDecay"], dry_run=False)
+        assert services.run_revert_request(workspace=workspace, run=run, actor=user).queued
+        return run
+
+    run = await sync_to_async(queued_revert)()
+    communicator = _communicator(user, run.id)
+    connected, _ = await communicator.connect()
+    assert connected
+    first = await communicator.receive_from(timeout=30)
+    assert "Revert queued: waiting for a worker" in first
+    assert await sync_to_async(jobs.work_available)("w1") == 1
+    pushed = [await communicator.receive_from(timeout=30)]
+    while ">reverted<" not in pushed[-1] and len(pushed) < 5:
+        pushed.append(await communicator.receive_from(timeout=30))
+    assert ">reverted<" in pushed[-1] and "Revert queued" not in pushed[-1]
+    await communicator.disconnect()
     await sync_to_async(connections.close_all)()
 
 

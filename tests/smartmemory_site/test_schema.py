@@ -313,6 +313,39 @@ def test_the_run_list_and_a_run_return_exactly_what_they_document(
     _assert_documented(schema, api, calls)
 
 
+def test_a_run_revert_returns_exactly_what_it_documents_done_or_queued(
+    schema: dict[str, Any], api: Any, workspace: Any, user: Any, settings: Any
+) -> None:
+    """200 with the records undone when the request reverted the run, 202 with the revert's progress when it was
+    queued for a worker (more records than EVOLUTION_REVERT_INLINE_RECORDS)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from evolution import services as evolution_services
+    from memories.inputs import MemoryInput
+    from memories.services import memory_create
+
+    old = timezone.now() - timedelta(days=200)
+    memory_create(
+        workspace=workspace,
+        actor=user,
+        item=MemoryInput(content="We picked JWT for the API", memory_type="episodic", created_at=old),
+    )
+    path = "/api/v1/workspaces/{ws}/evolution/runs/{run_id}/revert/"
+    base = "/api/v1/workspaces/acme/evolution/runs/"
+    first = evolution_services.evolution_run(
+        workspace=workspace, actor=user, evolvers=["ExponentialDecay"], dry_run=False
+    )
+    _assert_documented(schema, api, [(path, "post", f"{base}{first.id}/revert/", None, 200)])
+    second = evolution_services.evolution_run(
+        workspace=workspace, actor=user, evolvers=["ExponentialDecay"], dry_run=False
+    )
+    settings.EVOLUTION_REVERT_INLINE_RECORDS = 0
+    settings.EVOLUTION_WORKER = "external"
+    _assert_documented(schema, api, [(path, "post", f"{base}{second.id}/revert/", None, 202)])
+
+
 def test_the_memory_list_documents_every_filter_it_reads(schema: dict[str, Any]) -> None:
     import dataclasses
 

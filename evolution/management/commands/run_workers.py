@@ -4,8 +4,9 @@ signal stream.
 Run one or more of these next to the web processes (with EVOLUTION_WORKER=external on those, so that only
 workers work runs):
 
-- evolution runs (evolution.jobs): ``--threads`` threads claim queued runs, each run by exactly one
-  worker; a run whose worker died is taken over once its lease ran out and resumes after what committed;
+- evolution runs (evolution.jobs): ``--threads`` threads claim queued runs and reverts, each by exactly one
+  worker; a run or revert whose worker died is taken over once its lease ran out and resumes after what
+  committed;
 - the scheduled jobs (evolution.scheduler: retrieval statistics, decay sweep, scheduled cycles and dreams),
   on the first of those threads, each (workspace, job) worked once across all workers by its lock;
 - the signal stream (REDIS_URL set): every worker is a consumer of the ``flushers`` group, so they share
@@ -97,7 +98,7 @@ class Command(BaseCommand):
                 if jobs.scheduler_enabled():
                     worked = Scheduler(worker=name).tick()
                     self.stdout.write(f"worked {len(worked)} scheduled job(s)")
-                self.stdout.write(f"worked {jobs.work_available(name)} evolution run(s)")
+                self.stdout.write(f"worked {jobs.work_available(name)} evolution run(s) and revert(s)")
         finally:
             stop.set()
             for worker in workers:
