@@ -16,7 +16,8 @@ first with the same --database), for each process count in --processes:
    EVOLUTION_WORKER=thread, the same offered load without an end; after --idle seconds an applied enhanced
    cycle of the 100k workspace is queued through the REST API (POST .../evolution/runs/ {"dry_run": false},
    202 + run id) and worked by a server's embedded worker thread, polled (GET .../runs/{id}/) until it ends,
-   then reverted through the API (POST .../runs/{id}/revert/, answered once the revert committed) while the
+   then reverted through the API (POST .../runs/{id}/revert/: a large run's revert is queued for the worker,
+   202, and polled until summary.revert says it ended; a small one answers once it committed) while the
    load goes on, then --tail seconds more. Per phase (idle, cycle, revert, after): requests, p50 / p95 / p99
    of every request counted from when it was due, errors by status, 5xx apart, and "unsent": requests a
    backlog kept waiting more than 30 s (given up, as a client would; so an overloaded phase does not carry
@@ -355,7 +356,7 @@ def _cycle_lines(run: dict[str, Any], wall: float) -> list[str]:
 
 def evolution_under_load(ports: list[int], token: str, queries: dict[str, list[str]], args: argparse.Namespace) -> bool:
     """The offered load through an applied enhanced cycle of the 100k workspace and its revert, both through the
-    REST API (202 + run id, polled every 0.5 s; the revert answers when it has finished). Prints each phase and
+    REST API (202 + run id, polled every 0.5 s; so is a queued revert). Prints each phase and
     returns whether the cycle and the revert met the target."""
     control = Client(ports[0], token, timeout=3600)
     marks: dict[str, float] = {}
@@ -384,8 +385,22 @@ def evolution_under_load(ports: list[int], token: str, queries: dict[str, list[s
         loads["cycle"] = os.getloadavg()[0]
         marks["revert_posted"] = load.now()
         revert_status, revert_raw = control.call("POST", f"{RUNS_PATH}{run_id}/revert/")
+        print(f"  revert answered {revert_status} at {load.now():.1f} s", flush=True)
+        if revert_status == 202:
+            # A large run's revert is queued for the server's worker: polled until it has ended.
+            state = "queued"
+            while state in ("queued", "reverting"):
+                time.sleep(0.5)
+                sent = load.now()
+                status, raw = control.call("GET", f"{RUNS_PATH}{run_id}/?limit=1")
+                load.record(Outcome(sent, "run", status, (load.now() - sent) * 1000))
+                if status == 200:
+                    run = json.loads(raw)
+                    state = ((run.get("summary") or {}).get("revert") or {}).get("state", state)
+                if load.now() - marks["revert_posted"] > args.run_timeout:
+                    raise RuntimeError(f"the revert of run {run_id} still {state} after {args.run_timeout:.0f} s")
+            print(f"  revert {state} at {load.now():.1f} s (worked by the server's worker)", flush=True)
         marks["revert_done"] = load.now()
-        print(f"  revert answered {revert_status} at {marks['revert_done']:.1f} s", flush=True)
         loads["revert"] = os.getloadavg()[0]
         time.sleep(args.tail)
         marks["end"] = load.now()
