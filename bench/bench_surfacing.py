@@ -11,7 +11,8 @@ var/bench/surfacing.sqlite3, or the bench_surfacing database with --database pos
 - p50/p95 of get_working_context per strategy in process (router mode with an explicit strategy, plus
   legacy mode), recording boosts as a real call does (the bus is flushed between queries, untimed), and
   the CPU a call costs (this thread, plus its backend process on PostgreSQL: steady on a busy machine);
-- the same over HTTP against a daphne server on 127.0.0.1 (token auth, one keep-alive connection);
+- the same over HTTP against a daphne server on 127.0.0.1 (token auth, one keep-alive connection; a web process
+  only, its scheduled jobs left to workers, which bench_workers measures);
 - PPR forward push (the service's settings) vs networkx.pagerank with the same personalisation on the
   same 1M-edge graph, as a speed ratio, and the L1 distance of the two on a 10k-node graph.
 
@@ -211,7 +212,10 @@ def bench_in_process(workspace: Any, queries: dict[str, list[str]]) -> dict[str,
 
 
 def bench_http(db: BenchDatabase, token: str, queries: dict[str, list[str]]) -> dict[str, list[float]]:
-    server, port = start_daphne(db.url)
+    # A web process only: the scheduled jobs (the hourly decay sweep, retrieval statistics) would start at
+    # once in a fresh server's embedded worker and sweep the whole workspace while it is measured; their
+    # cost beside requests is bench_workers' subject.
+    server, port = start_daphne(db.url, {"EVOLUTION_WORKER": "external", "SCHEDULER_ENABLED": "false"})
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
