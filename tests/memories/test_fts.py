@@ -404,6 +404,8 @@ def test_the_newest_window_widens_until_it_holds_the_matches_wanted(
 
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL's window over the newest rows")
+    from django.test.utils import CaptureQueriesContext
+
     monkeypatch.setattr(selectors, "_spans", {})
     start = datetime(2026, 1, 1, tzinfo=UTC)
     # One match in every 10 rows, an hour apart, the newest row first: 5 matches among 50 rows.
@@ -419,12 +421,20 @@ def test_the_newest_window_widens_until_it_holds_the_matches_wanted(
     # 2 of 50 expected matches: a window of 4% of the span (1.96 h) holds one match, and so do the windows
     # twice as long (3.92 h, 7.84 h); 15.68 h hold two, the two newest.
     assert {mid for mid, _ in rows} == {made[i].id for i in (0, 10)}
-    # A window too small by far grows faster: one match of 3 x 1.25 wanted asks for 4x (1.96 h, 7.84 h,
-    # 31.36 h), and the last holds four, of which the three newest are ranked.
+    # A window too small by far grows faster: one match of 3 x 1.25 wanted asks for 4x (1.96 h, 7.84 h);
+    # past half the span (31.36 h) the window is all of it, the three newest matches ranked.
     monkeypatch.setattr(selectors, "_NEWEST_MARGIN", 1.25)
     monkeypatch.setattr(selectors, "_pg_estimated_rows", lambda cursor, sql, params: 95)
-    rows = selectors._pg_ranked_rows(workspace.pk, "'english'", "deploy", "deploy", 10, None, newest=3)
+    with CaptureQueriesContext(connection) as queries:
+        rows = selectors._pg_ranked_rows(workspace.pk, "'english'", "deploy", "deploy", 10, None, newest=3)
     assert {mid for mid, _ in rows} == {made[i].id for i in (0, 10, 20)}
+    windows = [q["sql"] for q in queries.captured_queries if "MATERIALIZED" in q["sql"]]
+    assert len(windows) == 3 and ["created_at >=" in sql for sql in windows] == [True, True, False]
+    # A prefix (the list's search) walks the newest rows instead: one query.
+    with CaptureQueriesContext(connection) as queries:
+        rows = selectors._pg_ranked_rows(workspace.pk, "'english'", "deploy:*", "deploy:*", 10, None, newest=3)
+    assert [mid for mid, _ in rows] and {mid for mid, _ in rows} == {made[i].id for i in (0, 10, 20)}
+    assert len(queries.captured_queries) == 1 and "ORDER BY m.created_at DESC" in queries.captured_queries[0]["sql"]
     rows = selectors._pg_ranked_rows(workspace.pk, "'english'", "deploy", "deploy", 10, None, newest=1)
     # The first window (1 row, the newest) holds the one match wanted.
     assert [mid for mid, _ in rows] == [made[0].id]
