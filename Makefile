@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install migrate demo serve lint typecheck importlint bench bench-ingest bench-surfacing \
+.PHONY: run test install system migrate demo serve lint typecheck importlint bench bench-ingest bench-surfacing \
 	bench-evolution bench-pages bench-vectors bench-embedders bench-graph bench-mcp bench-scale bench-load bench-workers clean
 
 $(STAMP): pyproject.toml
@@ -19,6 +19,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The Debian packages of the servers the tests and the multi-process benchmarks start (Redis, PostgreSQL,
+# Chromium): installs only what is missing, needs root (or sudo).
+system:
+	scripts/install_system.sh
 
 migrate: install
 	$(PY) manage.py migrate --no-input
@@ -70,11 +75,11 @@ bench-mcp: install
 
 # SQLite and PostgreSQL side by side (surfacing and ingestion); PostgreSQL as make test starts it
 # (scripts/with_postgres.sh, a throw-away cluster for the run).
-bench-scale: install
+bench-scale: install system
 	$(PY) bench/bench_scale.py
 
 # HTTP load on 1 and 2 server processes (BENCH_DATABASE=postgres for PostgreSQL + Redis).
-bench-load: install
+bench-load: install system
 	$(PY) bench/bench_load.py
 
 bench-pages: install
@@ -82,7 +87,7 @@ bench-pages: install
 	$(PY) bench/bench_inspector.py
 
 # Flush throughput, boost-to-browser latency, and the scheduled cycle on 100k memories beside /context/ traffic.
-bench-workers: install
+bench-workers: install system
 	$(PY) bench/bench_workers.py
 
 clean:
