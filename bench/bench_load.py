@@ -47,7 +47,7 @@ import shutil
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -354,6 +354,33 @@ def _cycle_lines(run: dict[str, Any], wall: float) -> list[str]:
     return lines
 
 
+def _revert_state(run: dict[str, Any]) -> str:
+    return str(((run.get("summary") or {}).get("revert") or {}).get("state", "queued"))
+
+
+def _poll_run(
+    control: Client,
+    load: OpenLoad,
+    run_id: str,
+    run: dict[str, Any],
+    ended: Callable[[dict[str, Any]], bool],
+    timeout: float,
+) -> dict[str, Any]:
+    """GET the run every 0.5 s (each poll counted as a request of the load) until ``ended`` says so; the run as
+    last seen. Gives up after ``timeout`` seconds."""
+    started = load.now()
+    while not ended(run):
+        time.sleep(0.5)
+        sent = load.now()
+        status, raw = control.call("GET", f"{RUNS_PATH}{run_id}/?limit=1")
+        load.record(Outcome(sent, "run", status, (load.now() - sent) * 1000))
+        if status == 200:
+            run = json.loads(raw)
+        if load.now() - started > timeout:
+            raise RuntimeError(f"run {run_id} not ended after {timeout:.0f} s: {run.get('summary')!r:.300}")
+    return run
+
+
 def evolution_under_load(ports: list[int], token: str, queries: dict[str, list[str]], args: argparse.Namespace) -> bool:
     """The offered load through an applied enhanced cycle of the 100k workspace and its revert, both through the
     REST API (202 + run id, polled every 0.5 s; so is a queued revert). Prints each phase and
@@ -371,15 +398,9 @@ def evolution_under_load(ports: list[int], token: str, queries: dict[str, list[s
         run: dict[str, Any] = json.loads(raw)
         run_id = run["run_id"]
         print(f"  run {run_id} queued {marks['run_posted']:.1f} s into the load", flush=True)
-        while run.get("status") in ("queued", "running"):
-            time.sleep(0.5)
-            sent = load.now()
-            status, raw = control.call("GET", f"{RUNS_PATH}{run_id}/?limit=1")
-            load.record(Outcome(sent, "run", status, (load.now() - sent) * 1000))
-            if status == 200:
-                run = json.loads(raw)
-            if load.now() - marks["run_posted"] > args.run_timeout:
-                raise RuntimeError(f"run {run_id} still {run.get('status')} after {args.run_timeout:.0f} s")
+        run = _poll_run(
+            control, load, run_id, run, lambda r: r.get("status") not in ("queued", "running"), args.run_timeout
+        )
         marks["run_done"] = load.now()
         print(f"  run {run.get('status')} at {marks['run_done']:.1f} s; reverting it", flush=True)
         loads["cycle"] = os.getloadavg()[0]
@@ -388,18 +409,10 @@ def evolution_under_load(ports: list[int], token: str, queries: dict[str, list[s
         print(f"  revert answered {revert_status} at {load.now():.1f} s", flush=True)
         if revert_status == 202:
             # A large run's revert is queued for the server's worker: polled until it has ended.
-            state = "queued"
-            while state in ("queued", "reverting"):
-                time.sleep(0.5)
-                sent = load.now()
-                status, raw = control.call("GET", f"{RUNS_PATH}{run_id}/?limit=1")
-                load.record(Outcome(sent, "run", status, (load.now() - sent) * 1000))
-                if status == 200:
-                    run = json.loads(raw)
-                    state = ((run.get("summary") or {}).get("revert") or {}).get("state", state)
-                if load.now() - marks["revert_posted"] > args.run_timeout:
-                    raise RuntimeError(f"the revert of run {run_id} still {state} after {args.run_timeout:.0f} s")
-            print(f"  revert {state} at {load.now():.1f} s (worked by the server's worker)", flush=True)
+            run = _poll_run(
+                control, load, run_id, run, lambda r: _revert_state(r) not in ("queued", "reverting"), args.run_timeout
+            )
+            print(f"  revert {_revert_state(run)} at {load.now():.1f} s (worked by the server's worker)", flush=True)
         marks["revert_done"] = load.now()
         loads["revert"] = os.getloadavg()[0]
         time.sleep(args.tail)

@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -251,16 +251,7 @@ def claim(run_id: uuid.UUID | None, worker: str, now: datetime | None = None) ->
     whose worker's lease ran out. None when there is nothing to take (or another worker won it)."""
     now = now or timezone.now()
     claimable = Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, heartbeat_at__lt=now - lease())
-    candidates = EvolutionRun.objects.filter(claimable)
-    if run_id is not None:
-        candidates = candidates.filter(pk=run_id)
-    for pk in candidates.order_by("started_at").values_list("pk", flat=True)[:8]:
-        won = EvolutionRun.objects.filter(claimable, pk=pk).update(
-            status=RunStatus.RUNNING, worker=worker, heartbeat_at=now
-        )
-        if won:
-            return EvolutionRun.objects.select_related("workspace").get(pk=pk)
-    return None
+    return _claim_first(claimable, "started_at", run_id, status=RunStatus.RUNNING, worker=worker, heartbeat_at=now)
 
 
 def claim_revert(run_id: uuid.UUID | None, worker: str, now: datetime | None = None) -> EvolutionRun | None:
@@ -270,14 +261,19 @@ def claim_revert(run_id: uuid.UUID | None, worker: str, now: datetime | None = N
     now = now or timezone.now()
     abandoned = Q(revert_state=RevertState.REVERTING, heartbeat_at__lt=now - lease())
     claimable = Q(revert_state=RevertState.QUEUED) | abandoned
+    return _claim_first(
+        claimable, "heartbeat_at", run_id, revert_state=RevertState.REVERTING, worker=worker, heartbeat_at=now
+    )
+
+
+def _claim_first(claimable: Q, order: str, run_id: uuid.UUID | None, **taken: Any) -> EvolutionRun | None:
+    """The first run (by ``order``; ``run_id``'s if given) still ``claimable`` when one conditional UPDATE
+    sets ``taken`` on it: the UPDATE's row count says whether this worker won it or another was first."""
     candidates = EvolutionRun.objects.filter(claimable)
     if run_id is not None:
         candidates = candidates.filter(pk=run_id)
-    for pk in candidates.order_by("heartbeat_at").values_list("pk", flat=True)[:8]:
-        won = EvolutionRun.objects.filter(claimable, pk=pk).update(
-            revert_state=RevertState.REVERTING, worker=worker, heartbeat_at=now
-        )
-        if won:
+    for pk in candidates.order_by(order).values_list("pk", flat=True)[:8]:
+        if EvolutionRun.objects.filter(claimable, pk=pk).update(**taken):
             return EvolutionRun.objects.select_related("workspace").get(pk=pk)
     return None
 
