@@ -430,9 +430,10 @@ def test_the_newest_window_widens_until_it_holds_the_matches_wanted(
     assert {mid for mid, _ in rows} == {made[i].id for i in (0, 10, 20)}
     windows = [q["sql"] for q in queries.captured_queries if "MATERIALIZED" in q["sql"]]
     assert len(windows) == 3 and ["created_at >=" in sql for sql in windows] == [True, True, False]
-    # A prefix (the list's search) walks the newest rows instead: one query.
+    # Prefixes that must all match (the list's every-term search) walk the newest rows instead: one query.
+    every = "(deploy:*) & (deploy)"
     with CaptureQueriesContext(connection) as queries:
-        rows = selectors._pg_ranked_rows(workspace.pk, "'english'", "deploy:*", "deploy:*", 10, None, newest=3)
+        rows = selectors._pg_ranked_rows(workspace.pk, "'english'", every, every, 10, None, newest=3)
     assert [mid for mid, _ in rows] and {mid for mid, _ in rows} == {made[i].id for i in (0, 10, 20)}
     assert len(queries.captured_queries) == 1 and "ORDER BY m.created_at DESC" in queries.captured_queries[0]["sql"]
     rows = selectors._pg_ranked_rows(workspace.pk, "'english'", "deploy", "deploy", 10, None, newest=1)
