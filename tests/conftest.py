@@ -175,7 +175,16 @@ def mirrored(neo: Neo4jGraphStore) -> Iterator[Neo4jGraphStore]:
     set_graph_store(None)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Browser tests run last: Playwright's sync API keeps an event loop on the main thread for the rest of
-    the session, where pytest-asyncio tests (the MCP client) could no longer start their own."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``postgres`` (PostgreSQL-only code) are deselected when the database is another: make
+    test's PostgreSQL pass runs them (they are api tests too), so the SQLite pass neither runs nor skips them.
+    Browser tests run last: Playwright's sync API keeps an event loop on the main thread for the rest of the
+    session, where pytest-asyncio tests (the MCP client) could no longer start their own."""
+    from django.conf import settings
+
+    if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
+        other = [item for item in items if item.get_closest_marker("postgres") is not None]
+        if other:
+            config.hook.pytest_deselected(items=other)
+            items[:] = [item for item in items if item.get_closest_marker("postgres") is None]
     items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)

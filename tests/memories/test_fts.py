@@ -365,11 +365,10 @@ def test_rare_matches_filtered_out_by_status_fall_back_to_every_match(
     assert hits[0] == (rare - set(archived)).pop() and hits[1] in common
 
 
+@pytest.mark.postgres
 def test_the_planner_estimates_a_query_s_rows(workspace: Workspace, make_memory: Callable[..., Memory]) -> None:
     from django.db import connection
 
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL's planner")
     for i in range(30):
         make_memory(f"note {i}")
     with connection.cursor() as cursor:
@@ -379,11 +378,10 @@ def test_the_planner_estimates_a_query_s_rows(workspace: Workspace, make_memory:
         assert selectors._pg_estimated_rows(cursor, sql, [-1]) == 1
 
 
+@pytest.mark.postgres
 def test_an_empty_workspace_has_no_span(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     from django.db import connection
 
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL's window over the newest rows")
     monkeypatch.setattr(selectors, "_spans", {})
     with connection.cursor() as cursor:
         assert selectors._pg_workspace_span(cursor, workspace.pk) is None
@@ -395,15 +393,13 @@ def test_a_newest_window_grows_enough_for_the_density_seen(matched: int, growth:
     assert selectors._pg_window_growth(800, matched) == growth
 
 
+@pytest.mark.postgres
 def test_the_newest_window_widens_until_it_holds_the_matches_wanted(
     workspace: Workspace, make_memory: Callable[..., Memory], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from datetime import UTC, datetime, timedelta
 
     from django.db import connection
-
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL's window over the newest rows")
     from django.test.utils import CaptureQueriesContext
 
     monkeypatch.setattr(selectors, "_spans", {})
